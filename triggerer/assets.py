@@ -1,0 +1,238 @@
+"""Assets, aliases and the conditions built from them with ``&`` and ``|``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator, Sequence
+from typing import Any
+
+from triggerer.triggers import BaseEventTrigger
+from triggerer.uri import normalize_uri, validate_name
+
+
+class BaseAsset:
+    """Anything a schedule condition can be made of."""
+
+    __slots__ = ()
+
+    def __and__(self, other: object) -> AssetAll:
+        return AssetAll(self, _operand(other, "&"))
+
+    def __rand__(self, other: object) -> AssetAll:
+        return AssetAll(_operand(other, "&"), self)
+
+    def __or__(self, other: object) -> AssetAny:
+        return AssetAny(self, _operand(other, "|"))
+
+    def __ror__(self, other: object) -> AssetAny:
+        return AssetAny(_operand(other, "|"), self)
+
+    def evaluate(self, updated: Collection[BaseAsset]) -> bool:
+        """Whether the condition holds when the assets (or aliases) in ``updated`` have events."""
+        raise NotImplementedError
+
+    def iter_assets(self) -> Iterator[Asset]:
+        """Every asset named in the condition, depth first."""
+        return iter(())
+
+    def iter_aliases(self) -> Iterator[AssetAlias]:
+        """Every alias named in the condition, depth first."""
+        return iter(())
+
+    def as_json(self) -> Any:
+        """A JSON description stored with the pipeline and shown by the API."""
+        raise NotImplementedError
+
+
+class Asset(BaseAsset):
+    """A piece of data, identified by ``(name, uri)``.
+
+    Given only one of ``name`` and ``uri``, the other equals it. ``extra`` describes the asset
+    and never affects identity. ``watchers`` turn external messages into events on it.
+    """
+
+    __slots__ = ("extra", "group", "name", "uri", "watchers")
+
+    def __init__(
+        self,
+        name: str | None = None,
+        uri: str | None = None,
+        *,
+        extra: dict[str, Any] | None = None,
+        group: str = "asset",
+        watchers: Sequence[AssetWatcher] = (),
+    ) -> None:
+        if name is None and uri is None:
+            raise TypeError("Asset() needs a name or a uri, e.g. Asset('orders')")
+        self.name = validate_name(name if name is not None else str(uri))
+        self.uri = normalize_uri(uri if uri is not None else self.name)
+        self.extra = _json_mapping(extra or {}, f"Asset({self.name!r}) extra")
+        self.group = group
+        for watcher in watchers:
+            if not isinstance(watcher, AssetWatcher):
+                raise TypeError(
+                    f"Asset({self.name!r}) watchers must be AssetWatcher objects, "
+                    f"got {type(watcher).__name__}"
+                )
+        self.watchers = tuple(watchers)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Asset):
+            return NotImplemented
+        return (self.name, self.uri) == (other.name, other.uri)
+
+    def __hash__(self) -> int:
+        return hash((Asset, self.name, self.uri))
+
+    def __repr__(self) -> str:
+        if self.name == self.uri:
+            return f"Asset({self.name!r})"
+        return f"Asset(name={self.name!r}, uri={self.uri!r})"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def evaluate(self, updated: Collection[BaseAsset]) -> bool:
+        return self in updated
+
+    def iter_assets(self) -> Iterator[Asset]:
+        yield self
+
+    def as_json(self) -> Any:
+        return {"asset": {"name": self.name, "uri": self.uri}}
+
+
+class AssetAlias(BaseAsset):
+    """A name resolved at run time to the assets a pipeline adds through it."""
+
+    __slots__ = ("group", "name")
+
+    def __init__(self, name: str, *, group: str = "asset") -> None:
+        self.name = validate_name(name)
+        self.group = group
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AssetAlias):
+            return NotImplemented
+        return self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash((AssetAlias, self.name))
+
+    def __repr__(self) -> str:
+        return f"AssetAlias({self.name!r})"
+
+    def __str__(self) -> str:
+        return f"alias:{self.name}"
+
+    def evaluate(self, updated: Collection[BaseAsset]) -> bool:
+        return self in updated
+
+    def iter_aliases(self) -> Iterator[AssetAlias]:
+        yield self
+
+    def as_json(self) -> Any:
+        return {"alias": {"name": self.name}}
+
+
+class _AssetBooleanCondition(BaseAsset):
+    __slots__ = ("objects",)
+    _symbol: str
+    _json_key: str
+
+    def __init__(self, *items: BaseAsset) -> None:
+        if not items:
+            raise TypeError(f"{type(self).__name__}() needs at least one asset")
+        objects: list[BaseAsset] = []
+        for item in items:
+            _operand(item, self._symbol)
+            # a | b | c is one AssetAny of three: nested conditions of the same kind flatten.
+            objects.extend(item.objects if isinstance(item, type(self)) else (item,))
+        self.objects: tuple[BaseAsset, ...] = tuple(objects)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.objects == other.objects
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.objects))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self.objects))})"
+
+    def __str__(self) -> str:
+        parts = (
+            f"({o})" if isinstance(o, _AssetBooleanCondition) else str(o) for o in self.objects
+        )
+        return f" {self._symbol} ".join(parts)
+
+    def iter_assets(self) -> Iterator[Asset]:
+        for item in self.objects:
+            yield from item.iter_assets()
+
+    def iter_aliases(self) -> Iterator[AssetAlias]:
+        for item in self.objects:
+            yield from item.iter_aliases()
+
+    def as_json(self) -> Any:
+        return {self._json_key: [item.as_json() for item in self.objects]}
+
+
+class AssetAll(_AssetBooleanCondition):
+    """Holds when every operand holds (what ``a & b`` builds)."""
+
+    __slots__ = ()
+    _symbol = "&"
+    _json_key = "all"
+
+    def evaluate(self, updated: Collection[BaseAsset]) -> bool:
+        return all(item.evaluate(updated) for item in self.objects)
+
+
+class AssetAny(_AssetBooleanCondition):
+    """Holds when any operand holds (what ``a | b`` builds)."""
+
+    __slots__ = ()
+    _symbol = "|"
+    _json_key = "any"
+
+    def evaluate(self, updated: Collection[BaseAsset]) -> bool:
+        return any(item.evaluate(updated) for item in self.objects)
+
+
+class AssetWatcher:
+    """Turns the events of ``trigger`` into asset events on the asset that lists it."""
+
+    __slots__ = ("name", "trigger")
+
+    def __init__(self, name: str, trigger: BaseEventTrigger) -> None:
+        if not isinstance(trigger, BaseEventTrigger):
+            raise TypeError(
+                f"AssetWatcher({name!r}) trigger must be a BaseEventTrigger, "
+                f"got {type(trigger).__name__}"
+            )
+        self.name = validate_name(name)
+        self.trigger = trigger
+
+    def __repr__(self) -> str:
+        return f"AssetWatcher({self.name!r}, {self.trigger!r})"
+
+
+def _operand(item: object, symbol: str) -> BaseAsset:
+    if not isinstance(item, BaseAsset):
+        raise TypeError(
+            f"cannot use {type(item).__name__} ({item!r}) with '{symbol}' in an asset condition: "
+            "operands must be Asset, AssetAlias, AssetAll or AssetAny"
+        )
+    return item
+
+
+def _json_mapping(value: dict[str, Any], what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} must be a dict, got {type(value).__name__}")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{what} must be JSON-serialisable: {error}") from None
+    return value

@@ -1,0 +1,143 @@
+"""Loading a pipelines folder: every ``.py`` file, each on its own, errors reported per file."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+import structlog
+
+from triggerer.assets import Asset, AssetAlias, BaseAsset
+from triggerer.pipelines import Pipeline
+
+log = structlog.get_logger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadError:
+    """Why one file (or one definition in it) could not be loaded."""
+
+    path: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.message}"
+
+
+@dataclasses.dataclass
+class LoadedPipelines:
+    """What a pipelines folder defines."""
+
+    pipelines: dict[str, Pipeline] = dataclasses.field(default_factory=dict)
+    assets: dict[Asset, Asset] = dataclasses.field(default_factory=dict)
+    aliases: set[AssetAlias] = dataclasses.field(default_factory=set)
+    errors: list[LoadError] = dataclasses.field(default_factory=list)
+
+
+def load_pipelines(folder: Path) -> LoadedPipelines:
+    """Import every ``.py`` file under ``folder`` (sorted) and collect its definitions.
+
+    A file that fails to import is reported with its path and line and skipped; a pipeline id
+    defined twice is reported naming both files, and the first definition is kept.
+    """
+    result = LoadedPipelines()
+    if not folder.is_dir():
+        result.errors.append(LoadError(str(folder), None, "pipelines folder does not exist"))
+        return result
+    for path in sorted(folder.rglob("*.py")):
+        if any(part.startswith((".", "_")) for part in path.relative_to(folder).parts):
+            continue
+        module = _import_file(path, folder, result.errors)
+        if module is not None:
+            _collect(module, path, result)
+    return result
+
+
+def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleType | None:
+    # A name unique per path keeps two files called jobs.py in different subfolders apart.
+    digest = hashlib.sha1(str(path).encode(), usedforsecurity=False).hexdigest()[:10]
+    name = f"triggerer_pipelines.{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        errors.append(LoadError(str(path), None, "not an importable Python file"))
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    # The folder is importable so pipeline files can share helper modules.
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        del sys.modules[name]
+        errors.append(LoadError(str(path), error.lineno, f"SyntaxError: {error.msg}"))
+        return None
+    # Importing a pipeline file runs user code; any failure is reported for that file alone.
+    except Exception as error:  # noqa: BLE001
+        del sys.modules[name]
+        errors.append(LoadError(str(path), _line_in(path, error), _describe(error)))
+        return None
+    return module
+
+
+def _collect(module: ModuleType, path: Path, result: LoadedPipelines) -> None:
+    for value in vars(module).values():
+        if isinstance(value, Pipeline):
+            _add_pipeline(dataclasses.replace(value, fileloc=str(path)), result)
+        elif isinstance(value, BaseAsset):
+            _add_condition(value, result)
+
+
+def _add_pipeline(pipeline: Pipeline, result: LoadedPipelines) -> None:
+    existing = result.pipelines.get(pipeline.pipeline_id)
+    if existing is not None:
+        # The same definition imported into a second file is not a second pipeline.
+        reexported = (existing.function, existing.application) == (
+            pipeline.function,
+            pipeline.application,
+        )
+        if not reexported:
+            result.errors.append(
+                LoadError(
+                    str(pipeline.fileloc),
+                    None,
+                    f"pipeline id {pipeline.pipeline_id!r} is already defined in "
+                    f"{existing.fileloc}; ids must be unique (this definition is ignored)",
+                )
+            )
+        return
+    result.pipelines[pipeline.pipeline_id] = pipeline
+    if pipeline.condition is not None:
+        _add_condition(pipeline.condition, result)
+    for outlet in pipeline.outlets:
+        _add_condition(outlet, result)
+    for inlet in pipeline.inlets:
+        _add_condition(inlet, result)
+
+
+def _add_condition(condition: BaseAsset, result: LoadedPipelines) -> None:
+    for asset in condition.iter_assets():
+        known = result.assets.setdefault(asset, asset)
+        # One asset declared in several places: its watchers are the union of all of them.
+        if known is not asset and asset.watchers:
+            names = {watcher.name for watcher in known.watchers}
+            extra = tuple(w for w in asset.watchers if w.name not in names)
+            if extra:
+                known.watchers = known.watchers + extra
+    result.aliases.update(condition.iter_aliases())
+
+
+def _line_in(path: Path, error: BaseException) -> int | None:
+    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if f.filename == str(path)]
+    return lines[-1] if lines else None
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

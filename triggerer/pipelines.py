@@ -1,0 +1,204 @@
+"""Pipelines: a PySpark function (or script) with a schedule, inlets and outlets."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
+
+from triggerer.assets import Asset, AssetAlias, BaseAsset
+from triggerer.schedules import (
+    AssetOrTimeSchedule,
+    CronPartitionTimetable,
+    CronSchedule,
+    PartitionedAssetTimetable,
+    Schedule,
+    as_condition,
+)
+
+RunPolicy = Literal["coalesce", "per_event"]
+_PIPELINE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Metadata:
+    """Yielded by a pipeline function to attach ``extra`` to the outlet event of ``asset``.
+
+    With ``alias``, the event is emitted through that alias (and ``asset`` is added to it).
+    """
+
+    asset: Asset
+    extra: dict[str, Any]
+    alias: AssetAlias | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.asset, Asset):
+            raise TypeError(f"Metadata asset must be an Asset, got {type(self.asset).__name__}")
+        if self.alias is not None and not isinstance(self.alias, AssetAlias):
+            raise TypeError(
+                f"Metadata alias must be an AssetAlias, got {type(self.alias).__name__}"
+            )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Pipeline:
+    """A unit of PySpark work the scheduler starts.
+
+    Exactly one of ``function`` (called as ``function(spark, context)``) and ``application``
+    (a PySpark script run with spark-submit semantics) is given.
+    """
+
+    pipeline_id: str
+    schedule: Schedule | None = None
+    function: Callable[..., Any] | None = None
+    application: str | None = None
+    outlets: tuple[Asset | AssetAlias, ...] = ()
+    inlets: tuple[Asset, ...] = ()
+    max_active_runs: int = 16
+    run_policy: RunPolicy = "coalesce"
+    max_events_per_run: int | None = None
+    retries: int = 0
+    retry_delay_s: float = 10.0
+    spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    description: str | None = None
+    fileloc: str | None = None
+
+    def __init__(
+        self,
+        pipeline_id: str,
+        *,
+        schedule: str | BaseAsset | Sequence[BaseAsset] | Schedule | None = None,
+        function: Callable[..., Any] | None = None,
+        application: str | None = None,
+        outlets: Sequence[Asset | AssetAlias] = (),
+        inlets: Sequence[Asset] = (),
+        max_active_runs: int = 16,
+        run_policy: RunPolicy = "coalesce",
+        max_events_per_run: int | None = None,
+        retries: int = 0,
+        retry_delay_s: float = 10.0,
+        spark_conf: dict[str, str] | None = None,
+        params: dict[str, Any] | None = None,
+        description: str | None = None,
+        fileloc: str | None = None,
+    ) -> None:
+        if not isinstance(pipeline_id, str) or not _PIPELINE_ID.match(pipeline_id):
+            raise ValueError(
+                f"pipeline_id {pipeline_id!r} must be 1-250 characters of letters, digits, "
+                "'_', '.', '-', not starting with '.' or '-'"
+            )
+        if (function is None) == (application is None):
+            raise TypeError(f"pipeline {pipeline_id!r} needs exactly one of function, application")
+        if run_policy not in ("coalesce", "per_event"):
+            raise ValueError(
+                f"pipeline {pipeline_id!r}: run_policy={run_policy!r}; "
+                "use 'coalesce' or 'per_event'"
+            )
+        for name, value, minimum in (
+            ("max_active_runs", max_active_runs, 1),
+            ("retries", retries, 0),
+            ("max_events_per_run", max_events_per_run, 1),
+        ):
+            if value is not None and (not isinstance(value, int) or value < minimum):
+                raise ValueError(
+                    f"pipeline {pipeline_id!r}: {name}={value!r}; must be an integer >= {minimum}"
+                )
+        for outlet in outlets:
+            if not isinstance(outlet, (Asset, AssetAlias)):
+                raise TypeError(
+                    f"pipeline {pipeline_id!r} outlets must be Asset or AssetAlias, "
+                    f"got {type(outlet).__name__}"
+                )
+        for inlet in inlets:
+            if not isinstance(inlet, Asset):
+                raise TypeError(
+                    f"pipeline {pipeline_id!r} inlets must be Asset, got {type(inlet).__name__}"
+                )
+        values: dict[str, object] = {
+            "pipeline_id": pipeline_id,
+            "schedule": normalize_schedule(schedule),
+            "function": function,
+            "application": application,
+            "outlets": tuple(outlets),
+            "inlets": tuple(inlets),
+            "max_active_runs": max_active_runs,
+            "run_policy": run_policy,
+            "max_events_per_run": max_events_per_run,
+            "retries": retries,
+            "retry_delay_s": retry_delay_s,
+            "spark_conf": dict(spark_conf or {}),
+            "params": dict(params or {}),
+            "description": description,
+            "fileloc": fileloc,
+        }
+        for field_name, field_value in values.items():
+            object.__setattr__(self, field_name, field_value)
+
+    @property
+    def condition(self) -> BaseAsset | None:
+        """The asset condition of the schedule, if it has one."""
+        if isinstance(self.schedule, BaseAsset):
+            return self.schedule
+        if isinstance(self.schedule, (AssetOrTimeSchedule, PartitionedAssetTimetable)):
+            return self.schedule.assets
+        return None
+
+    @property
+    def cron(self) -> str | None:
+        """The cron expression of the schedule, if it has one."""
+        if isinstance(self.schedule, (CronSchedule, AssetOrTimeSchedule, CronPartitionTimetable)):
+            return self.schedule.cron
+        return None
+
+    def iter_assets(self) -> Iterator[Asset]:
+        """Every asset the pipeline names: schedule, inlets and outlets."""
+        if self.condition is not None:
+            yield from self.condition.iter_assets()
+        yield from self.inlets
+        yield from (outlet for outlet in self.outlets if isinstance(outlet, Asset))
+
+    def __repr__(self) -> str:
+        return f"<Pipeline {self.pipeline_id!r} schedule={self.schedule}>"
+
+
+def normalize_schedule(schedule: object) -> Schedule | None:
+    """The schedule object for any accepted ``schedule=`` value; anything else is a TypeError."""
+    if schedule is None or isinstance(
+        schedule,
+        (
+            BaseAsset,
+            CronSchedule,
+            AssetOrTimeSchedule,
+            PartitionedAssetTimetable,
+            CronPartitionTimetable,
+        ),
+    ):
+        return schedule
+    if isinstance(schedule, str):
+        return CronSchedule(schedule)
+    if isinstance(schedule, (list, tuple)):
+        return as_condition(schedule)
+    raise TypeError(
+        f"schedule={schedule!r} is not supported: use None, a cron string, an Asset, an "
+        "AssetAlias, a list or expression of them, or a schedule class"
+    )
+
+
+def pipeline(
+    pipeline_id: str | None = None, **options: Any
+) -> Callable[[Callable[..., Any]], Pipeline]:
+    """Make a :class:`Pipeline` of a function ``fn(spark, context)``; the id defaults to its name.
+
+    ``options`` are the keyword arguments of :class:`Pipeline`.
+    """
+
+    if callable(pipeline_id):
+        raise TypeError("use the decorator with parentheses: @pipeline(schedule=...)")
+
+    def decorate(function: Callable[..., Any]) -> Pipeline:
+        settings = {"description": (function.__doc__ or "").strip() or None, **options}
+        return Pipeline(pipeline_id or function.__name__, function=function, **settings)
+
+    return decorate

@@ -1,0 +1,123 @@
+"""Async engines for the metadata database: SQLite (the embedded default) or PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, event, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
+from sqlalchemy.pool import StaticPool
+
+SUPPORTED_URLS = (
+    "sqlite:///PATH, sqlite+aiosqlite:///PATH, "
+    "postgresql://USER@HOST/DB (also postgres://), postgresql+asyncpg://..., "
+    "postgresql+psycopg://..."
+)
+"""The URL forms :func:`async_url` accepts, for error messages."""
+
+_DEFAULT_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+_ASYNC_DRIVERS = {"sqlite": {"aiosqlite"}, "postgresql": {"asyncpg", "psycopg"}}
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for the lock held by another before failing."""
+
+_SQLITE_PRAGMAS = (
+    # Set first so that switching the journal mode also waits for a concurrent opener.
+    f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+    # Readers do not block the writer and vice versa.
+    "PRAGMA journal_mode=WAL",
+    # With WAL, NORMAL is still crash-safe (a power loss may lose the last commits, never
+    # corrupt); FULL would fsync every commit.
+    "PRAGMA synchronous=NORMAL",
+    # SQLite ignores foreign keys unless asked, per connection.
+    "PRAGMA foreign_keys=ON",
+)
+
+PG_POOL_SIZE = 10
+PG_MAX_OVERFLOW = 10
+PG_POOL_TIMEOUT_S = 30
+PG_POOL_RECYCLE_S = 1800
+"""Connections are replaced after this long, before server or proxy idle limits close them."""
+
+
+def _masked(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def async_url(url: str) -> URL:
+    """Parse a database URL and pick its asyncio driver.
+
+    ``sqlite:///path`` becomes ``sqlite+aiosqlite``; ``postgresql://`` and ``postgres://`` become
+    ``postgresql+asyncpg``; an explicit async driver is kept. Anything else is a ``ValueError``
+    naming the URL (password masked) and the supported forms.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ValueError(
+            f"unsupported database URL {_masked(url)!r}: expected one of {SUPPORTED_URLS}"
+        ) from exc
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "postgres":
+        backend = "postgresql"
+    driver = driver or _DEFAULT_DRIVERS.get(backend, "")
+    if driver not in _ASYNC_DRIVERS.get(backend, set()):
+        raise ValueError(
+            f"unsupported database URL {_masked(url)!r}: expected one of {SUPPORTED_URLS}"
+        )
+    return parsed.set(drivername=f"{backend}+{driver}")
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """Create the async engine for ``url`` (any form :func:`async_url` accepts).
+
+    SQLite: the file's folder is created and every connection gets WAL, a busy timeout,
+    ``synchronous=NORMAL`` and foreign keys on. PostgreSQL: a bounded pool whose connections are
+    checked before use and recycled. Dispose the engine when done.
+    """
+    target = async_url(url)
+    if target.get_backend_name() == "sqlite":
+        return _sqlite_engine(target)
+    return _create_async_engine(
+        target,
+        pool_size=PG_POOL_SIZE,
+        max_overflow=PG_MAX_OVERFLOW,
+        pool_timeout=PG_POOL_TIMEOUT_S,
+        pool_recycle=PG_POOL_RECYCLE_S,
+        pool_pre_ping=True,
+    )
+
+
+def _sqlite_engine(target: URL) -> AsyncEngine:
+    database = target.database or ":memory:"
+    if database == ":memory:":
+        # Each connection would otherwise open its own, empty, in-memory database.
+        engine = _create_async_engine(target, poolclass=StaticPool)
+    else:
+        if not database.startswith("file:"):
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = _create_async_engine(target)
+    event.listen(engine.sync_engine, "connect", _set_sqlite_pragmas)
+    return engine
+
+
+def _set_sqlite_pragmas(dbapi_connection: Any, _connection_record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        for pragma in _SQLITE_PRAGMAS:
+            cursor.execute(pragma)
+    finally:
+        cursor.close()
+
+
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions on ``engine`` whose objects stay readable after commit (no implicit reloads,
+    which would be blocking I/O under asyncio)."""
+    return async_sessionmaker(engine, expire_on_commit=False)

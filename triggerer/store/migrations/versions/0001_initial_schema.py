@@ -1,0 +1,416 @@
+"""Initial schema: assets, events, triggers, pipelines, queue, runs, instances, leases.
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-21
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision: str = "0001"
+down_revision: str | None = None
+branch_labels: str | tuple[str, ...] | None = None
+depends_on: str | tuple[str, ...] | None = None
+
+# The same types as triggerer.store.types, spelled out so this revision never changes with them.
+JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def upgrade() -> None:
+    """Apply this revision."""
+    op.create_table(
+        "asset",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=1500), nullable=False),
+        sa.Column("uri", sa.String(length=1500), nullable=False),
+        sa.Column("group", sa.String(length=1500), nullable=False),
+        sa.Column(
+            "extra",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            nullable=False,
+        ),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_asset")),
+        sa.UniqueConstraint("name", "uri", name=op.f("uq_asset_name_uri")),
+    )
+    with op.batch_alter_table("asset", schema=None) as batch_op:
+        batch_op.create_index("ix_asset_uri", ["uri"], unique=False)
+
+    op.create_table(
+        "asset_alias",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=1500), nullable=False),
+        sa.Column("group", sa.String(length=1500), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_asset_alias")),
+        sa.UniqueConstraint("name", name=op.f("uq_asset_alias_name")),
+    )
+    op.create_table(
+        "instance",
+        sa.Column("id", sa.String(length=250), nullable=False),
+        sa.Column("hostname", sa.String(length=255), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=False),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_instance")),
+    )
+    op.create_table(
+        "lease",
+        sa.Column("name", sa.String(length=250), nullable=False),
+        sa.Column("owner", sa.String(length=250), nullable=False),
+        sa.Column("acquired_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_lease")),
+    )
+    op.create_table(
+        "pipeline",
+        sa.Column("pipeline_id", sa.String(length=250), nullable=False),
+        sa.Column("fileloc", sa.Text(), nullable=False),
+        sa.Column(
+            "schedule",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            nullable=False,
+        ),
+        sa.Column("schedule_text", sa.Text(), nullable=False),
+        sa.Column("paused", sa.Boolean(), nullable=False),
+        sa.Column("is_active", sa.Boolean(), nullable=False),
+        sa.Column("max_active_runs", sa.Integer(), nullable=False),
+        sa.Column("run_policy", sa.String(length=16), nullable=False),
+        sa.Column("max_events_per_run", sa.Integer(), nullable=True),
+        sa.Column("retries", sa.Integer(), nullable=False),
+        sa.Column("next_cron_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.CheckConstraint(
+            "run_policy IN ('coalesce', 'per_event')", name=op.f("ck_pipeline_run_policy")
+        ),
+        sa.PrimaryKeyConstraint("pipeline_id", name=op.f("pk_pipeline")),
+    )
+    op.create_table(
+        "trigger",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("classpath", sa.String(length=1500), nullable=False),
+        sa.Column(
+            "kwargs",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            nullable=False,
+        ),
+        sa.Column("key", sa.String(length=64), nullable=False),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("last_poll_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column("restart_count", sa.Integer(), nullable=False),
+        sa.Column("lag", sa.BigInteger(), nullable=True),
+        sa.Column("instance_id", sa.String(length=250), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.CheckConstraint(
+            "state IN ('starting', 'running', 'backoff', 'failed', 'stopped')",
+            name=op.f("ck_trigger_state"),
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_trigger")),
+        sa.UniqueConstraint("key", name=op.f("uq_trigger_key")),
+    )
+    op.create_table(
+        "asset_alias_asset",
+        sa.Column("alias_id", sa.Integer(), nullable=False),
+        sa.Column("asset_id", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["alias_id"],
+            ["asset_alias.id"],
+            name=op.f("fk_asset_alias_asset_alias_id_asset_alias"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["asset_id"],
+            ["asset.id"],
+            name=op.f("fk_asset_alias_asset_asset_id_asset"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("alias_id", "asset_id", name=op.f("pk_asset_alias_asset")),
+    )
+    with op.batch_alter_table("asset_alias_asset", schema=None) as batch_op:
+        batch_op.create_index("ix_asset_alias_asset_asset_id", ["asset_id"], unique=False)
+
+    op.create_table(
+        "asset_watcher",
+        sa.Column("asset_id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=1500), nullable=False),
+        sa.Column("trigger_id", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["asset_id"],
+            ["asset.id"],
+            name=op.f("fk_asset_watcher_asset_id_asset"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["trigger_id"],
+            ["trigger.id"],
+            name=op.f("fk_asset_watcher_trigger_id_trigger"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("asset_id", "name", name=op.f("pk_asset_watcher")),
+    )
+    with op.batch_alter_table("asset_watcher", schema=None) as batch_op:
+        batch_op.create_index("ix_asset_watcher_trigger_id", ["trigger_id"], unique=False)
+
+    op.create_table(
+        "pipeline_alias_ref",
+        sa.Column("pipeline_id", sa.String(length=250), nullable=False),
+        sa.Column("alias_id", sa.Integer(), nullable=False),
+        sa.Column("role", sa.String(length=16), nullable=False),
+        sa.CheckConstraint(
+            "role IN ('schedule', 'outlet', 'inlet')", name=op.f("ck_pipeline_alias_ref_role")
+        ),
+        sa.ForeignKeyConstraint(
+            ["alias_id"],
+            ["asset_alias.id"],
+            name=op.f("fk_pipeline_alias_ref_alias_id_asset_alias"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["pipeline_id"],
+            ["pipeline.pipeline_id"],
+            name=op.f("fk_pipeline_alias_ref_pipeline_id_pipeline"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint(
+            "pipeline_id", "alias_id", "role", name=op.f("pk_pipeline_alias_ref")
+        ),
+    )
+    with op.batch_alter_table("pipeline_alias_ref", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_pipeline_alias_ref_alias_id_role", ["alias_id", "role"], unique=False
+        )
+
+    op.create_table(
+        "pipeline_asset_ref",
+        sa.Column("pipeline_id", sa.String(length=250), nullable=False),
+        sa.Column("asset_id", sa.Integer(), nullable=False),
+        sa.Column("role", sa.String(length=16), nullable=False),
+        sa.CheckConstraint(
+            "role IN ('schedule', 'outlet', 'inlet')", name=op.f("ck_pipeline_asset_ref_role")
+        ),
+        sa.ForeignKeyConstraint(
+            ["asset_id"],
+            ["asset.id"],
+            name=op.f("fk_pipeline_asset_ref_asset_id_asset"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["pipeline_id"],
+            ["pipeline.pipeline_id"],
+            name=op.f("fk_pipeline_asset_ref_pipeline_id_pipeline"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint(
+            "pipeline_id", "asset_id", "role", name=op.f("pk_pipeline_asset_ref")
+        ),
+    )
+    with op.batch_alter_table("pipeline_asset_ref", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_pipeline_asset_ref_asset_id_role", ["asset_id", "role"], unique=False
+        )
+
+    op.create_table(
+        "run",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("run_id", sa.String(length=250), nullable=False),
+        sa.Column("pipeline_id", sa.String(length=250), nullable=False),
+        sa.Column("run_type", sa.String(length=16), nullable=False),
+        sa.Column("logical_date", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("partition_key", sa.String(length=250), nullable=True),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("try_number", sa.Integer(), nullable=False),
+        sa.Column("max_tries", sa.Integer(), nullable=False),
+        sa.Column(
+            "params",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            nullable=False,
+        ),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("start_date", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("end_date", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("next_try_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("owner", sa.String(length=250), nullable=True),
+        sa.Column("log_path", sa.Text(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.CheckConstraint(
+            "run_type IN ('asset', 'manual', 'cron', 'rest')", name=op.f("ck_run_run_type")
+        ),
+        sa.CheckConstraint(
+            "state IN ('queued', 'running', 'success', 'failed', 'up_for_retry')",
+            name=op.f("ck_run_state"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["pipeline_id"],
+            ["pipeline.pipeline_id"],
+            name=op.f("fk_run_pipeline_id_pipeline"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_run")),
+        sa.UniqueConstraint("id", "pipeline_id", name=op.f("uq_run_id_pipeline_id")),
+        sa.UniqueConstraint("run_id", name=op.f("uq_run_run_id")),
+    )
+    with op.batch_alter_table("run", schema=None) as batch_op:
+        batch_op.create_index("ix_run_pipeline_id_state", ["pipeline_id", "state"], unique=False)
+        batch_op.create_index("ix_run_state", ["state"], unique=False)
+
+    op.create_table(
+        "asset_event",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("asset_id", sa.Integer(), nullable=False),
+        sa.Column(
+            "extra",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            nullable=False,
+        ),
+        sa.Column("source", sa.String(length=16), nullable=False),
+        sa.Column("source_trigger_id", sa.Integer(), nullable=True),
+        sa.Column(
+            "source_run_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
+        ),
+        sa.Column("dedup_key", sa.String(length=1500), nullable=True),
+        sa.Column("partition_key", sa.String(length=250), nullable=True),
+        sa.Column("timestamp", sa.DateTime(timezone=True), nullable=False),
+        sa.CheckConstraint(
+            "source IN ('trigger', 'rest_api', 'run', 'cli', 'manual')",
+            name=op.f("ck_asset_event_source"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["asset_id"],
+            ["asset.id"],
+            name=op.f("fk_asset_event_asset_id_asset"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["source_run_pk"],
+            ["run.id"],
+            name=op.f("fk_asset_event_source_run_pk_run"),
+            ondelete="SET NULL",
+        ),
+        sa.ForeignKeyConstraint(
+            ["source_trigger_id"],
+            ["trigger.id"],
+            name=op.f("fk_asset_event_source_trigger_id_trigger"),
+            ondelete="SET NULL",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_asset_event")),
+        sa.UniqueConstraint(
+            "asset_id", "dedup_key", name=op.f("uq_asset_event_asset_id_dedup_key")
+        ),
+    )
+    with op.batch_alter_table("asset_event", schema=None) as batch_op:
+        batch_op.create_index("ix_asset_event_asset_id_id", ["asset_id", "id"], unique=False)
+        batch_op.create_index("ix_asset_event_source_run_pk", ["source_run_pk"], unique=False)
+        batch_op.create_index(
+            "ix_asset_event_source_trigger_id", ["source_trigger_id"], unique=False
+        )
+
+    op.create_table(
+        "asset_event_alias",
+        sa.Column("event_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("alias_id", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["alias_id"],
+            ["asset_alias.id"],
+            name=op.f("fk_asset_event_alias_alias_id_asset_alias"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["event_id"],
+            ["asset_event.id"],
+            name=op.f("fk_asset_event_alias_event_id_asset_event"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("event_id", "alias_id", name=op.f("pk_asset_event_alias")),
+    )
+    with op.batch_alter_table("asset_event_alias", schema=None) as batch_op:
+        batch_op.create_index("ix_asset_event_alias_alias_id", ["alias_id"], unique=False)
+
+    op.create_table(
+        "queued_event",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
+        sa.Column("pipeline_id", sa.String(length=250), nullable=False),
+        sa.Column("asset_id", sa.Integer(), nullable=False),
+        sa.Column("event_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("partition_key", sa.String(length=250), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["asset_id"],
+            ["asset.id"],
+            name=op.f("fk_queued_event_asset_id_asset"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["event_id"],
+            ["asset_event.id"],
+            name=op.f("fk_queued_event_event_id_asset_event"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["pipeline_id"],
+            ["pipeline.pipeline_id"],
+            name=op.f("fk_queued_event_pipeline_id_pipeline"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_queued_event")),
+        sa.UniqueConstraint(
+            "pipeline_id", "event_id", name=op.f("uq_queued_event_pipeline_id_event_id")
+        ),
+    )
+    with op.batch_alter_table("queued_event", schema=None) as batch_op:
+        batch_op.create_index("ix_queued_event_asset_id", ["asset_id"], unique=False)
+        batch_op.create_index("ix_queued_event_event_id", ["event_id"], unique=False)
+        batch_op.create_index("ix_queued_event_pipeline_id_id", ["pipeline_id", "id"], unique=False)
+
+    op.create_table(
+        "run_event",
+        sa.Column("run_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("event_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("pipeline_id", sa.String(length=250), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["event_id"],
+            ["asset_event.id"],
+            name=op.f("fk_run_event_event_id_asset_event"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["run_pk", "pipeline_id"],
+            ["run.id", "run.pipeline_id"],
+            name=op.f("fk_run_event_run_pk_pipeline_id_run"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("run_pk", "event_id", name=op.f("pk_run_event")),
+        sa.UniqueConstraint(
+            "pipeline_id", "event_id", name=op.f("uq_run_event_pipeline_id_event_id")
+        ),
+    )
+    with op.batch_alter_table("run_event", schema=None) as batch_op:
+        batch_op.create_index("ix_run_event_event_id", ["event_id"], unique=False)
+
+
+def downgrade() -> None:
+    """Revert this revision."""

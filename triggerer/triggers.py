@@ -1,0 +1,98 @@
+"""Event triggers: the contract between a source of events (a queue, a folder) and the daemon."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+Ack = Callable[[], Awaitable[None]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TriggerEvent:
+    """One event a trigger yields.
+
+    ``payload`` is stored in the asset event's ``extra``; it must be JSON-serialisable.
+    ``dedup_key`` makes a redelivered message produce no second event. ``ack`` is awaited only
+    after the event is committed to the metadata database. ``partition_key`` routes the event
+    to partitioned pipelines.
+    """
+
+    payload: Any
+    dedup_key: str | None = dataclasses.field(default=None, kw_only=True)
+    ack: Ack | None = dataclasses.field(default=None, kw_only=True, repr=False, compare=False)
+    partition_key: str | None = dataclasses.field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        try:
+            json.dumps(self.payload)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"TriggerEvent payload must be JSON-serialisable, got {self.payload!r}: {error}"
+            ) from None
+
+
+class BaseEventTrigger(abc.ABC):
+    """A source of events, run by the daemon until cancelled.
+
+    Subclasses implement ``run`` (an async generator of :class:`TriggerEvent`) and ``serialize``
+    (the classpath and JSON-serialisable keyword arguments that rebuild the trigger). A trigger
+    written as a dataclass gets ``serialize`` for free. Keyword arguments are stored in clear
+    text: name a connection instead of passing a secret.
+    """
+
+    #: A shareable trigger runs in every daemon instance as a competing consumer (SQS, Kafka
+    #: consumer groups); one that is not runs on exactly one instance, under a lease.
+    shareable: bool = False
+
+    @classmethod
+    def classpath(cls) -> str:
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """The classpath and keyword arguments that rebuild this trigger with ``load_trigger``."""
+        if not dataclasses.is_dataclass(self):
+            raise NotImplementedError(
+                f"{self.classpath()} must implement serialize() or be a dataclass"
+            )
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        return self.classpath(), kwargs
+
+    @abc.abstractmethod
+    def run(self) -> AsyncIterator[TriggerEvent]:
+        """Yield events until cancelled."""
+
+    async def cleanup(self) -> None:  # noqa: B027 - optional hook, a no-op unless overridden
+        """Release resources; called once after ``run`` ends or is cancelled."""
+
+    def __repr__(self) -> str:
+        classpath, kwargs = self.serialize()
+        return f"<{classpath} {json.dumps(kwargs, sort_keys=True)}>"
+
+
+def trigger_key(trigger: BaseEventTrigger) -> str:
+    """A stable text identity: triggers with equal keys are one instance in the daemon."""
+    classpath, kwargs = trigger.serialize()
+    return json.dumps([classpath, kwargs], sort_keys=True, separators=(",", ":"))
+
+
+def load_trigger(classpath: str, kwargs: dict[str, Any]) -> BaseEventTrigger:
+    """Rebuild a trigger from its ``serialize()`` output."""
+    module_name, _, class_name = classpath.rpartition(".")
+    if not module_name:
+        raise ValueError(f"trigger classpath {classpath!r} must be 'package.module.ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ImportError(f"cannot import trigger classpath {classpath!r}: {error}") from error
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ImportError(f"trigger classpath {classpath!r}: {module_name} has no {class_name}")
+    if not (isinstance(cls, type) and issubclass(cls, BaseEventTrigger)):
+        raise ValueError(f"trigger classpath {classpath!r} is not a BaseEventTrigger subclass")
+    trigger: BaseEventTrigger = cls(**kwargs)
+    return trigger
