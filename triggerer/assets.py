@@ -64,9 +64,14 @@ class Asset(BaseAsset):
     ) -> None:
         if name is None and uri is None:
             raise TypeError("Asset() needs a name or a uri, e.g. Asset('orders')")
-        self.name = validate_name(name if name is not None else str(uri))
-        self.uri = normalize_uri(uri if uri is not None else self.name)
-        self.extra = _json_mapping(extra or {}, f"Asset({self.name!r}) extra")
+        if name is not None:
+            self.name = validate_name(name)
+            self.uri = normalize_uri(uri if uri is not None else name)
+        else:
+            # Given only a URI, the name is its normalised form (never a dropped password).
+            self.uri = normalize_uri(str(uri))
+            self.name = validate_name(self.uri)
+        self.extra = json_mapping(extra or {}, f"Asset({self.name!r}) extra")
         self.group = group
         for watcher in watchers:
             if not isinstance(watcher, AssetWatcher):
@@ -228,11 +233,11 @@ def _operand(item: object, symbol: str) -> BaseAsset:
     return item
 
 
-def _json_mapping(value: dict[str, Any], what: str) -> dict[str, Any]:
+def json_mapping(value: dict[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"{what} must be a dict, got {type(value).__name__}")
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{what} must be JSON-serialisable: {error}") from None
     return value

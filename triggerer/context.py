@@ -94,6 +94,9 @@ class InletEvents(Mapping[Asset, Sequence[AssetEvent]]):
             self._loaded[asset] = self._load(asset)
         return self._loaded[asset]
 
+    def __contains__(self, asset: object) -> bool:
+        return asset in self._inlets
+
     def __iter__(self) -> Iterator[Asset]:
         return iter(self._inlets)
 

@@ -60,6 +60,17 @@ def load_pipelines(folder: Path) -> LoadedPipelines:
     return result
 
 
+def import_pipeline_file(path: Path) -> dict[str, Pipeline]:
+    """The pipelines one file defines; an import error propagates (used by a run's process)."""
+    errors: list[LoadError] = []
+    module = _import_file(path, path.parent, errors)
+    if module is None:
+        raise ImportError(str(errors[0]))
+    result = LoadedPipelines()
+    _collect(module, path, result)
+    return result.pipelines
+
+
 def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleType | None:
     # A name unique per path keeps two files called jobs.py in different subfolders apart.
     digest = hashlib.sha1(str(path).encode(), usedforsecurity=False).hexdigest()[:10]
@@ -99,10 +110,7 @@ def _add_pipeline(pipeline: Pipeline, result: LoadedPipelines) -> None:
     existing = result.pipelines.get(pipeline.pipeline_id)
     if existing is not None:
         # The same definition imported into a second file is not a second pipeline.
-        reexported = (existing.function, existing.application) == (
-            pipeline.function,
-            pipeline.application,
-        )
+        reexported = _source(existing) == _source(pipeline)
         if not reexported:
             result.errors.append(
                 LoadError(
@@ -120,6 +128,14 @@ def _add_pipeline(pipeline: Pipeline, result: LoadedPipelines) -> None:
         _add_condition(outlet, result)
     for inlet in pipeline.inlets:
         _add_condition(inlet, result)
+
+
+def _source(pipeline: Pipeline) -> tuple[str, int] | str | None:
+    """Where a pipeline was defined: the same function imported twice has one source."""
+    if pipeline.function is not None:
+        code = pipeline.function.__code__
+        return code.co_filename, code.co_firstlineno
+    return pipeline.application
 
 
 def _add_condition(condition: BaseAsset, result: LoadedPipelines) -> None:

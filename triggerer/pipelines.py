@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from triggerer.assets import Asset, AssetAlias, BaseAsset
+from triggerer.assets import Asset, AssetAlias, BaseAsset, json_mapping
 from triggerer.schedules import (
     AssetOrTimeSchedule,
     CronPartitionTimetable,
@@ -35,6 +35,7 @@ class Metadata:
     def __post_init__(self) -> None:
         if not isinstance(self.asset, Asset):
             raise TypeError(f"Metadata asset must be an Asset, got {type(self.asset).__name__}")
+        json_mapping(self.extra, f"Metadata({self.asset!r}) extra")
         if self.alias is not None and not isinstance(self.alias, AssetAlias):
             raise TypeError(
                 f"Metadata alias must be an AssetAlias, got {type(self.alias).__name__}"
@@ -101,9 +102,16 @@ class Pipeline:
             ("retries", retries, 0),
             ("max_events_per_run", max_events_per_run, 1),
         ):
-            if value is not None and (not isinstance(value, int) or value < minimum):
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < minimum
+            ):
                 raise ValueError(
                     f"pipeline {pipeline_id!r}: {name}={value!r}; must be an integer >= {minimum}"
+                )
+        for name, items in (("outlets", outlets), ("inlets", inlets)):
+            if isinstance(items, BaseAsset):
+                raise TypeError(
+                    f"pipeline {pipeline_id!r}: {name} must be a list, e.g. [{items!r}]"
                 )
         for outlet in outlets:
             if not isinstance(outlet, (Asset, AssetAlias)):

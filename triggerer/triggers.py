@@ -29,7 +29,7 @@ class TriggerEvent:
 
     def __post_init__(self) -> None:
         try:
-            json.dumps(self.payload)
+            json.dumps(self.payload, allow_nan=False)
         except (TypeError, ValueError) as error:
             raise TypeError(
                 f"TriggerEvent payload must be JSON-serialisable, got {self.payload!r}: {error}"

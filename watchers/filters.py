@@ -31,10 +31,15 @@ class PayloadFilter:
     @classmethod
     def from_option(cls, option: dict[str, Any]) -> PayloadFilter:
         """Build from the trigger keyword ``filter={"path": ..., "equals": ...}``."""
-        unknown = set(option) - {"path", "equals", "one_of"}
-        if unknown or "path" not in option:
+        valid = (
+            isinstance(option, dict)
+            and set(option) in ({"path", "equals"}, {"path", "one_of"})
+            and isinstance(option.get("one_of", []), list)
+        )
+        if not valid:
             raise ValueError(
-                f"filter={option!r} must be a mapping with 'path' and one of 'equals'/'one_of'"
+                f"filter={option!r} must be a mapping with 'path' and either 'equals' (a value) "
+                "or 'one_of' (a list of values)"
             )
         return cls(option["path"], option.get("equals"), tuple(option.get("one_of", ())))
 
@@ -42,7 +47,8 @@ class PayloadFilter:
         value = lookup(payload, self.path)
         if value is _MISSING:
             return False
-        return value in self.one_of if self.one_of else bool(value == self.equals)
+        candidates = self.one_of if self.one_of else (self.equals,)
+        return any(_same_json(value, candidate) for candidate in candidates)
 
 
 @functools.cache
@@ -77,3 +83,8 @@ def lookup(payload: Any, path: str) -> Any:
             return _MISSING
         value = value[step]
     return value
+
+
+def _same_json(left: Any, right: Any) -> bool:
+    # Python's 1 == True would make a filter on 1 match JSON true; JSON keeps them apart.
+    return isinstance(left, bool) == isinstance(right, bool) and bool(left == right)

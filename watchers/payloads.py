@@ -21,9 +21,14 @@ def decode_body(raw: bytes | str | None) -> Any:
     else:
         text = raw
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_reject_constant)
     except ValueError:
         return text
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; such a body is kept as text.
+    raise ValueError(f"{name} is not JSON")
 
 
 def import_callable(dotted_path: str, *, option: str) -> Callable[..., Any]:

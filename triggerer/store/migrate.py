@@ -45,8 +45,9 @@ def head_revision() -> str:
 async def upgrade(url: str, revision: str = "head") -> None:
     """Migrate the database at ``url`` to ``revision``; nothing to do is a no-op.
 
-    On PostgreSQL concurrent callers are serialised by an advisory lock, so several instances
-    may upgrade at startup.
+    On PostgreSQL, concurrent upgrades from several processes are serialised by an advisory
+    lock, so every instance may upgrade at startup. Within one process, do not run two at once:
+    Alembic keeps its migration context in module globals.
     """
     engine = create_engine(url)
     try:

@@ -31,7 +31,7 @@ def upgrade() -> None:
         sa.Column("group", sa.String(length=1500), nullable=False),
         sa.Column(
             "extra",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            JSON,
             nullable=False,
         ),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
@@ -39,8 +39,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_asset")),
         sa.UniqueConstraint("name", "uri", name=op.f("uq_asset_name_uri")),
     )
-    with op.batch_alter_table("asset", schema=None) as batch_op:
-        batch_op.create_index("ix_asset_uri", ["uri"], unique=False)
+    op.create_index("ix_asset_uri", "asset", ["uri"])
 
     op.create_table(
         "asset_alias",
@@ -74,7 +73,7 @@ def upgrade() -> None:
         sa.Column("fileloc", sa.Text(), nullable=False),
         sa.Column(
             "schedule",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            JSON,
             nullable=False,
         ),
         sa.Column("schedule_text", sa.Text(), nullable=False),
@@ -98,7 +97,7 @@ def upgrade() -> None:
         sa.Column("classpath", sa.String(length=1500), nullable=False),
         sa.Column(
             "kwargs",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            JSON,
             nullable=False,
         ),
         sa.Column("key", sa.String(length=64), nullable=False),
@@ -135,8 +134,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("alias_id", "asset_id", name=op.f("pk_asset_alias_asset")),
     )
-    with op.batch_alter_table("asset_alias_asset", schema=None) as batch_op:
-        batch_op.create_index("ix_asset_alias_asset_asset_id", ["asset_id"], unique=False)
+    op.create_index("ix_asset_alias_asset_asset_id", "asset_alias_asset", ["asset_id"])
 
     op.create_table(
         "asset_watcher",
@@ -157,8 +155,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("asset_id", "name", name=op.f("pk_asset_watcher")),
     )
-    with op.batch_alter_table("asset_watcher", schema=None) as batch_op:
-        batch_op.create_index("ix_asset_watcher_trigger_id", ["trigger_id"], unique=False)
+    op.create_index("ix_asset_watcher_trigger_id", "asset_watcher", ["trigger_id"])
 
     op.create_table(
         "pipeline_alias_ref",
@@ -184,10 +181,9 @@ def upgrade() -> None:
             "pipeline_id", "alias_id", "role", name=op.f("pk_pipeline_alias_ref")
         ),
     )
-    with op.batch_alter_table("pipeline_alias_ref", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_pipeline_alias_ref_alias_id_role", ["alias_id", "role"], unique=False
-        )
+    op.create_index(
+        "ix_pipeline_alias_ref_alias_id_role", "pipeline_alias_ref", ["alias_id", "role"]
+    )
 
     op.create_table(
         "pipeline_asset_ref",
@@ -213,16 +209,15 @@ def upgrade() -> None:
             "pipeline_id", "asset_id", "role", name=op.f("pk_pipeline_asset_ref")
         ),
     )
-    with op.batch_alter_table("pipeline_asset_ref", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_pipeline_asset_ref_asset_id_role", ["asset_id", "role"], unique=False
-        )
+    op.create_index(
+        "ix_pipeline_asset_ref_asset_id_role", "pipeline_asset_ref", ["asset_id", "role"]
+    )
 
     op.create_table(
         "run",
         sa.Column(
             "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            BIG_ID,
             autoincrement=True,
             nullable=False,
         ),
@@ -236,7 +231,7 @@ def upgrade() -> None:
         sa.Column("max_tries", sa.Integer(), nullable=False),
         sa.Column(
             "params",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            JSON,
             nullable=False,
         ),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
@@ -264,29 +259,26 @@ def upgrade() -> None:
         sa.UniqueConstraint("id", "pipeline_id", name=op.f("uq_run_id_pipeline_id")),
         sa.UniqueConstraint("run_id", name=op.f("uq_run_run_id")),
     )
-    with op.batch_alter_table("run", schema=None) as batch_op:
-        batch_op.create_index("ix_run_pipeline_id_state", ["pipeline_id", "state"], unique=False)
-        batch_op.create_index("ix_run_state", ["state"], unique=False)
+    op.create_index("ix_run_pipeline_id_state", "run", ["pipeline_id", "state"])
+    op.create_index("ix_run_state", "run", ["state"])
 
     op.create_table(
         "asset_event",
         sa.Column(
             "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            BIG_ID,
             autoincrement=True,
             nullable=False,
         ),
         sa.Column("asset_id", sa.Integer(), nullable=False),
         sa.Column(
             "extra",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
+            JSON,
             nullable=False,
         ),
         sa.Column("source", sa.String(length=16), nullable=False),
         sa.Column("source_trigger_id", sa.Integer(), nullable=True),
-        sa.Column(
-            "source_run_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
-        ),
+        sa.Column("source_run_pk", BIG_ID, nullable=True),
         sa.Column("dedup_key", sa.String(length=1500), nullable=True),
         sa.Column("partition_key", sa.String(length=250), nullable=True),
         sa.Column("timestamp", sa.DateTime(timezone=True), nullable=False),
@@ -317,16 +309,13 @@ def upgrade() -> None:
             "asset_id", "dedup_key", name=op.f("uq_asset_event_asset_id_dedup_key")
         ),
     )
-    with op.batch_alter_table("asset_event", schema=None) as batch_op:
-        batch_op.create_index("ix_asset_event_asset_id_id", ["asset_id", "id"], unique=False)
-        batch_op.create_index("ix_asset_event_source_run_pk", ["source_run_pk"], unique=False)
-        batch_op.create_index(
-            "ix_asset_event_source_trigger_id", ["source_trigger_id"], unique=False
-        )
+    op.create_index("ix_asset_event_asset_id_id", "asset_event", ["asset_id", "id"])
+    op.create_index("ix_asset_event_source_run_pk", "asset_event", ["source_run_pk"])
+    op.create_index("ix_asset_event_source_trigger_id", "asset_event", ["source_trigger_id"])
 
     op.create_table(
         "asset_event_alias",
-        sa.Column("event_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("event_id", BIG_ID, nullable=False),
         sa.Column("alias_id", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
             ["alias_id"],
@@ -342,20 +331,19 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("event_id", "alias_id", name=op.f("pk_asset_event_alias")),
     )
-    with op.batch_alter_table("asset_event_alias", schema=None) as batch_op:
-        batch_op.create_index("ix_asset_event_alias_alias_id", ["alias_id"], unique=False)
+    op.create_index("ix_asset_event_alias_alias_id", "asset_event_alias", ["alias_id"])
 
     op.create_table(
         "queued_event",
         sa.Column(
             "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            BIG_ID,
             autoincrement=True,
             nullable=False,
         ),
         sa.Column("pipeline_id", sa.String(length=250), nullable=False),
         sa.Column("asset_id", sa.Integer(), nullable=False),
-        sa.Column("event_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("event_id", BIG_ID, nullable=False),
         sa.Column("partition_key", sa.String(length=250), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
@@ -381,15 +369,14 @@ def upgrade() -> None:
             "pipeline_id", "event_id", name=op.f("uq_queued_event_pipeline_id_event_id")
         ),
     )
-    with op.batch_alter_table("queued_event", schema=None) as batch_op:
-        batch_op.create_index("ix_queued_event_asset_id", ["asset_id"], unique=False)
-        batch_op.create_index("ix_queued_event_event_id", ["event_id"], unique=False)
-        batch_op.create_index("ix_queued_event_pipeline_id_id", ["pipeline_id", "id"], unique=False)
+    op.create_index("ix_queued_event_asset_id", "queued_event", ["asset_id"])
+    op.create_index("ix_queued_event_event_id", "queued_event", ["event_id"])
+    op.create_index("ix_queued_event_pipeline_id_id", "queued_event", ["pipeline_id", "id"])
 
     op.create_table(
         "run_event",
-        sa.Column("run_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("event_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("run_pk", BIG_ID, nullable=False),
+        sa.Column("event_id", BIG_ID, nullable=False),
         sa.Column("pipeline_id", sa.String(length=250), nullable=False),
         sa.ForeignKeyConstraint(
             ["event_id"],
@@ -408,9 +395,23 @@ def upgrade() -> None:
             "pipeline_id", "event_id", name=op.f("uq_run_event_pipeline_id_event_id")
         ),
     )
-    with op.batch_alter_table("run_event", schema=None) as batch_op:
-        batch_op.create_index("ix_run_event_event_id", ["event_id"], unique=False)
+    op.create_index("ix_run_event_event_id", "run_event", ["event_id"])
 
 
 def downgrade() -> None:
     """Revert this revision."""
+    op.drop_table("run_event")
+    op.drop_table("queued_event")
+    op.drop_table("asset_event_alias")
+    op.drop_table("asset_event")
+    op.drop_table("run")
+    op.drop_table("pipeline_asset_ref")
+    op.drop_table("pipeline_alias_ref")
+    op.drop_table("asset_watcher")
+    op.drop_table("asset_alias_asset")
+    op.drop_table("trigger")
+    op.drop_table("pipeline")
+    op.drop_table("lease")
+    op.drop_table("instance")
+    op.drop_table("asset_alias")
+    op.drop_table("asset")

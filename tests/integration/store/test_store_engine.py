@@ -1,0 +1,81 @@
+"""Engine creation: driver selection and SQLite connection settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from triggerer.store import async_url, create_engine
+from triggerer.store.models import trigger_key
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///data/t.db", "sqlite+aiosqlite:///data/t.db"),
+        ("sqlite+aiosqlite:////abs/t.db", "sqlite+aiosqlite:////abs/t.db"),
+        ("postgresql://u@db:5432/t", "postgresql+asyncpg://u@db:5432/t"),
+        ("postgres://u@db/t", "postgresql+asyncpg://u@db/t"),
+        ("postgresql+asyncpg://u@db/t", "postgresql+asyncpg://u@db/t"),
+        ("postgresql+psycopg://u@db/t", "postgresql+psycopg://u@db/t"),
+    ],
+)
+def test_async_url_picks_the_async_driver(url: str, expected: str) -> None:
+    assert async_url(url).render_as_string(hide_password=False) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://u:s3cret@db/t",
+        "postgresql+psycopg2://u:s3cret@db/t",
+        "sqlite+pysqlite:///t.db",
+        "not a url s3cret",
+    ],
+)
+def test_async_url_rejects_unsupported_urls_without_leaking_passwords(url: str) -> None:
+    with pytest.raises(ValueError, match="unsupported database URL") as error:
+        async_url(url)
+    assert "postgresql://" in str(error.value)
+    if "@" in url:
+        assert "s3cret" not in str(error.value)
+
+
+async def test_sqlite_engine_creates_the_folder_and_sets_pragmas(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'new' / 'dir' / 't.db'}")
+    try:
+        async with engine.connect() as conn:
+            pragmas = {
+                name: (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+                for name in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
+            }
+    finally:
+        await engine.dispose()
+    assert pragmas == {
+        "journal_mode": "wal",
+        "foreign_keys": 1,
+        "busy_timeout": 30000,
+        "synchronous": 1,
+    }
+    assert (tmp_path / "new" / "dir" / "t.db").exists()
+
+
+async def test_in_memory_sqlite_keeps_one_database(tmp_path: Path) -> None:
+    engine = create_engine("sqlite://")
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (x INTEGER)"))
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 0
+    finally:
+        await engine.dispose()
+
+
+def test_trigger_key_ignores_kwarg_order() -> None:
+    first = trigger_key("watchers.KafkaTrigger", {"topics": ["a"], "group": "g"})
+    second = trigger_key("watchers.KafkaTrigger", {"group": "g", "topics": ["a"]})
+    assert first == second
+    assert len(first) == 64
+    assert trigger_key("watchers.SqsTrigger", {"group": "g", "topics": ["a"]}) != first

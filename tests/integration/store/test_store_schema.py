@@ -1,0 +1,284 @@
+"""The metadata schema on SQLite and PostgreSQL: migrations and the invariants it enforces."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sys
+from asyncio.subprocess import PIPE
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, delete, func, inspect, select
+from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from triggerer.store import create_engine, current_revision, head_revision, session_factory, upgrade
+from triggerer.store.models import (
+    Asset,
+    AssetEvent,
+    AssetWatcher,
+    Base,
+    Pipeline,
+    PipelineAssetRef,
+    QueuedEvent,
+    Run,
+    RunEvent,
+    Trigger,
+    trigger_key,
+)
+
+
+async def _table_names(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(lambda sync: set(inspect(sync).get_table_names()))
+    finally:
+        await engine.dispose()
+
+
+def _diff_to_models(connection: Connection) -> list[Any]:
+    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    return list(compare_metadata(context, Base.metadata))
+
+
+async def _add(session: AsyncSession, *rows: Base) -> None:
+    session.add_all(rows)
+    await session.commit()
+
+
+def _pipeline(pipeline_id: str) -> Pipeline:
+    return Pipeline(
+        pipeline_id=pipeline_id,
+        fileloc=f"/pipelines/{pipeline_id}.py",
+        schedule={"kind": "asset"},
+        schedule_text="orders",
+    )
+
+
+def _run(run_id: str, pipeline_id: str, **columns: Any) -> Run:
+    return Run(run_id=run_id, pipeline_id=pipeline_id, run_type="asset", **columns)
+
+
+async def test_upgrade_from_empty_creates_every_table(database_url: str) -> None:
+    assert await current_revision(database_url) is None
+
+    await upgrade(database_url)
+
+    assert await current_revision(database_url) == head_revision()
+    assert await _table_names(database_url) == set(Base.metadata.tables) | {"alembic_version"}
+
+
+async def test_upgrade_twice_is_a_noop(database_url: str) -> None:
+    await upgrade(database_url)
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            await _add(session, Asset(name="orders", uri="s3://bucket/orders"))
+
+        await upgrade(database_url)
+
+        async with session_factory(engine)() as session:
+            assert await session.scalar(select(func.count()).select_from(Asset)) == 1
+    finally:
+        await engine.dispose()
+    assert await current_revision(database_url) == head_revision()
+
+
+UPGRADE_IN_A_PROCESS = (
+    "import asyncio, sys; from triggerer.store import upgrade; asyncio.run(upgrade(sys.argv[1]))"
+)
+
+
+@pytest.mark.parametrize("db_backend", ["postgresql"])
+async def test_concurrent_upgrades_from_several_processes_are_serialised(
+    database_url: str,
+) -> None:
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", UPGRADE_IN_A_PROCESS, database_url, stderr=PIPE
+        )
+        for _ in range(3)
+    ]
+    results = [await process.communicate() for process in processes]
+
+    assert [process.returncode for process in processes] == [0, 0, 0], results
+    assert await current_revision(database_url) == head_revision()
+
+
+async def test_migration_head_matches_models(migrated_engine: AsyncEngine) -> None:
+    async with migrated_engine.connect() as conn:
+        assert await conn.run_sync(_diff_to_models) == []
+
+
+async def test_dedup_key_is_unique_per_asset_and_null_keys_never_conflict(
+    migrated_engine: AsyncEngine,
+) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        orders, customers = Asset(name="orders", uri="o"), Asset(name="customers", uri="c")
+        await _add(session, orders, customers)
+        await _add(
+            session,
+            AssetEvent(asset_id=orders.id, source="trigger", dedup_key="queue/m-1"),
+            AssetEvent(asset_id=customers.id, source="trigger", dedup_key="queue/m-1"),
+            *(AssetEvent(asset_id=orders.id, source="rest_api") for _ in range(3)),
+        )
+
+        session.add(AssetEvent(asset_id=orders.id, source="trigger", dedup_key="queue/m-1"))
+        with pytest.raises(IntegrityError):
+            await session.commit()
+        await session.rollback()
+
+        assert await session.scalar(select(func.count()).select_from(AssetEvent)) == 5
+
+
+async def test_run_without_logical_date_and_run_id_unique(migrated_engine: AsyncEngine) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        await _add(session, _pipeline("report"))
+        await _add(session, _run("asset__1", "report", logical_date=None, params={"k": [1, 2]}))
+
+        stored = (await session.execute(select(Run.logical_date, Run.state, Run.params))).one()
+        assert tuple(stored) == (None, "queued", {"k": [1, 2]})
+
+        session.add(_run("asset__1", "report"))
+        with pytest.raises(IntegrityError):
+            await session.commit()
+
+
+async def test_queue_rows_reference_existing_events(migrated_engine: AsyncEngine) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        asset = Asset(name="orders", uri="orders")
+        await _add(session, asset, _pipeline("report"))
+        event = AssetEvent(asset_id=asset.id, source="manual")
+        await _add(session, event)
+        # A rollback expires loaded objects, and reloading them is I/O: keep plain values.
+        asset_id, event_id = asset.id, event.id
+        await _add(session, QueuedEvent(pipeline_id="report", asset_id=asset_id, event_id=event_id))
+
+        session.add(QueuedEvent(pipeline_id="report", asset_id=asset_id, event_id=event_id + 1))
+        with pytest.raises(IntegrityError):
+            await session.commit()
+        await session.rollback()
+
+        session.add(QueuedEvent(pipeline_id="report", asset_id=asset_id, event_id=event_id))
+        with pytest.raises(IntegrityError):
+            await session.commit()
+
+
+async def test_an_event_is_consumed_by_at_most_one_run_per_pipeline(
+    migrated_engine: AsyncEngine,
+) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        asset = Asset(name="orders", uri="orders")
+        await _add(session, asset, _pipeline("report"), _pipeline("audit"))
+        event = AssetEvent(asset_id=asset.id, source="trigger")
+        first, second, other = _run("r1", "report"), _run("r2", "report"), _run("a1", "audit")
+        await _add(session, event, first, second, other)
+        await _add(
+            session,
+            RunEvent(run_pk=first.id, event_id=event.id, pipeline_id="report"),
+            RunEvent(run_pk=other.id, event_id=event.id, pipeline_id="audit"),
+        )
+
+        second_pk, event_id = second.id, event.id
+
+        session.add(RunEvent(run_pk=second_pk, event_id=event_id, pipeline_id="report"))
+        with pytest.raises(IntegrityError):
+            await session.commit()
+        await session.rollback()
+
+        # The pipeline of a run_event row must be its run's pipeline.
+        session.add(RunEvent(run_pk=second_pk, event_id=event_id, pipeline_id="audit"))
+        with pytest.raises(IntegrityError):
+            await session.commit()
+
+
+async def test_check_constraints_reject_unknown_states(migrated_engine: AsyncEngine) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        await _add(session, _pipeline("report"))
+        session.add(_run("r1", "report", state="exploded"))
+        with pytest.raises(IntegrityError):
+            await session.commit()
+
+
+async def test_deletes_cascade_to_dependent_rows_and_keep_history(
+    migrated_engine: AsyncEngine,
+) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        orders, report = Asset(name="orders", uri="orders"), Asset(name="report", uri="report")
+        trigger = Trigger(classpath="watchers.FileTrigger", kwargs={}, key=trigger_key("x", {}))
+        await _add(session, orders, report, trigger, _pipeline("report"))
+        run = _run("r1", "report")
+        await _add(
+            session,
+            run,
+            AssetWatcher(asset_id=orders.id, name="inbox", trigger_id=trigger.id),
+            PipelineAssetRef(pipeline_id="report", asset_id=orders.id, role="schedule"),
+        )
+        consumed = AssetEvent(asset_id=orders.id, source="trigger", source_trigger_id=trigger.id)
+        produced = AssetEvent(asset_id=report.id, source="run", source_run_pk=run.id)
+        await _add(session, consumed, produced)
+        await _add(
+            session,
+            RunEvent(run_pk=run.id, event_id=consumed.id, pipeline_id="report"),
+            QueuedEvent(pipeline_id="report", asset_id=orders.id, event_id=consumed.id),
+        )
+
+        await session.execute(delete(Trigger))
+        await session.execute(delete(Pipeline))
+        await session.commit()
+
+        # Events outlive the trigger and the run that produced them; the links are cleared.
+        sources = await session.execute(
+            select(AssetEvent.source_trigger_id, AssetEvent.source_run_pk).order_by(AssetEvent.id)
+        )
+        assert [tuple(row) for row in sources] == [(None, None), (None, None)]
+        for table in (AssetWatcher, Run, RunEvent, QueuedEvent, PipelineAssetRef):
+            assert await session.scalar(select(func.count()).select_from(table)) == 0, table
+
+        await session.execute(delete(Asset).where(Asset.id == orders.id))
+        await session.commit()
+        remaining = await session.scalars(select(AssetEvent.asset_id))
+        assert list(remaining) == [report.id]
+
+
+async def test_timestamps_round_trip_as_aware_utc(migrated_engine: AsyncEngine) -> None:
+    paris = dt.datetime(2026, 3, 16, 10, 37, 51, 123456, tzinfo=ZoneInfo("Europe/Paris"))
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        await _add(session, _pipeline("report"))
+        await _add(session, _run("r1", "report", created_at=paris, next_try_at=None))
+
+    async with sessions() as session:
+        created, next_try = (await session.execute(select(Run.created_at, Run.next_try_at))).one()
+        pipeline_updated = await session.scalar(select(Pipeline.updated_at))
+        later = await session.scalar(
+            select(func.count()).select_from(Run).where(Run.created_at > paris - dt.timedelta(1))
+        )
+
+    assert created == paris
+    assert created.tzinfo is dt.UTC
+    assert created.isoformat() == "2026-03-16T09:37:51.123456+00:00"
+    assert next_try is None
+    assert pipeline_updated is not None
+    assert pipeline_updated.tzinfo is dt.UTC
+    assert later == 1
+
+
+async def test_naive_timestamps_are_rejected(migrated_engine: AsyncEngine) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        session.add(_pipeline("report"))
+        session.add(_run("r1", "report", created_at=dt.datetime(2026, 3, 16)))  # noqa: DTZ001 -- the naive value under test
+        with pytest.raises(StatementError, match="naive datetime '2026-03-16T00:00:00'"):
+            await session.commit()

@@ -1,0 +1,186 @@
+"""Settings from the TOML file and ``TRIGGERER_<SECTION>__<KEY>``, and named connections."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from triggerer.config import CONFIG_ENV, ConfigError, current_settings, load_settings
+from triggerer.connections import UnknownConnection, get_connection
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in list(os.environ):
+        if name.startswith("TRIGGERER_") and name != "TRIGGERER_HOME":
+            monkeypatch.delenv(name)
+    # Recorded by monkeypatch, so the value load_settings(path) writes is undone afterwards.
+    monkeypatch.setenv(CONFIG_ENV, "")
+    current_settings.cache_clear()
+    yield
+    current_settings.cache_clear()
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "triggerer.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_a_file() -> None:
+    settings = load_settings()
+    assert settings.database.url.startswith("sqlite:///")
+    assert settings.database.url.endswith("triggerer.db")
+    assert settings.pipelines.dir.name == "pipelines"
+    assert (settings.api.host, settings.api.port, settings.api.tokens) == ("127.0.0.1", 8080, ())
+    assert (settings.spark.mode, settings.spark.master, settings.spark.remote) == (
+        "local",
+        "local[*]",
+        None,
+    )
+    assert settings.spark.conf == {}
+    assert settings.listeners.plugins == ()
+    assert settings.connections == {}
+
+
+def test_file_values(tmp_path: Path) -> None:
+    path = _toml(
+        tmp_path,
+        """
+        [database]
+        url = "postgresql://127.0.0.1/test"
+        [pipelines]
+        dir = "/srv/pipelines"
+        [api]
+        port = 9000
+        tokens = ["t1", "t2"]
+        [spark]
+        mode = "submit"
+        master = "spark://127.0.0.1:7077"
+        conf = { "spark.executor.memory" = "2g" }
+        """,
+    )
+    settings = load_settings(path)
+    assert settings.database.url == "postgresql://127.0.0.1/test"
+    assert settings.pipelines.dir == Path("/srv/pipelines")
+    assert (settings.api.port, settings.api.tokens) == (9000, ("t1", "t2"))
+    assert (settings.spark.mode, settings.spark.master) == ("submit", "spark://127.0.0.1:7077")
+    assert settings.spark.conf == {"spark.executor.memory": "2g"}
+
+
+def test_file_named_by_triggerer_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _toml(tmp_path, "[api]\nport = 9100\n")
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    assert load_settings().api.port == 9100
+    assert current_settings().api.port == 9100
+
+
+def test_env_overrides_the_file_and_keeps_its_other_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _toml(tmp_path, '[spark]\nmode = "submit"\nmaster = "spark://h:7077"\n')
+    monkeypatch.setenv("TRIGGERER_SPARK__MODE", "connect")
+    monkeypatch.setenv("TRIGGERER_API__PORT", "9200")
+    settings = load_settings(path)
+    assert settings.spark.mode == "connect"
+    assert settings.spark.master == "spark://h:7077"
+    assert settings.api.port == 9200
+
+
+def test_bad_value_names_key_value_and_allowed_values(tmp_path: Path) -> None:
+    path = _toml(tmp_path, '[spark]\nmode = "cluster"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert "spark.mode" in message
+    assert "'cluster'" in message
+    for allowed in ("local", "connect", "submit"):
+        assert allowed in message
+    assert "TRIGGERER_SPARK__MODE" in message
+
+
+def test_bad_env_value_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIGGERER_API__PORT", "70000")
+    with pytest.raises(ConfigError, match=r"api\.port") as info:
+        load_settings()
+    assert "70000" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [("[spark]\nmasterr = 'local'\n", "spark.masterr"), ("[sparkk]\nmode = 'local'\n", "sparkk")],
+)
+def test_unknown_key_is_a_config_error(tmp_path: Path, text: str, key: str) -> None:
+    with pytest.raises(ConfigError, match="unknown setting") as info:
+        load_settings(_toml(tmp_path, text))
+    assert key in str(info.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match="does not exist") as info:
+        load_settings(missing)
+    assert str(missing) in str(info.value)
+
+
+def test_bad_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "[spark\nmode = \n")
+    with pytest.raises(ConfigError, match="not valid TOML") as info:
+        load_settings(path)
+    assert str(path) in str(info.value)
+
+
+def test_config_error_is_a_value_error() -> None:
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_current_settings_is_read_once() -> None:
+    assert current_settings() is current_settings()
+
+
+# --- connections ----------------------------------------------------------------------------
+
+
+def test_get_connection_returns_the_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _toml(tmp_path, '[connections.kafka]\nbootstrap = "a:9092"\nuser = "u"\n')
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    assert get_connection("kafka") == {"bootstrap": "a:9092", "user": "u"}
+
+
+def test_get_connection_returns_a_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONFIG_ENV, str(_toml(tmp_path, '[connections.kafka]\nuser = "u"\n')))
+    get_connection("kafka")["user"] = "changed"
+    assert get_connection("kafka") == {"user": "u"}
+
+
+def test_connection_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _toml(tmp_path, '[connections.kafka]\nbootstrap = "a:9092"\nuser = "u"\n')
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    monkeypatch.setenv("TRIGGERER_CONNECTIONS__KAFKA__BOOTSTRAP", "b:9092")
+    monkeypatch.setenv("TRIGGERER_CONNECTIONS__SQS__REGION", "eu-west-1")
+    current_settings.cache_clear()
+    assert get_connection("kafka") == {"bootstrap": "b:9092", "user": "u"}
+    assert get_connection("sqs") == {"region": "eu-west-1"}
+
+
+def test_unknown_connection_names_it_and_the_known_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _toml(tmp_path, "[connections.kafka]\nuser = 'u'\n[connections.sqs]\nregion = 'x'\n")
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    with pytest.raises(UnknownConnection) as info:
+        get_connection("warehouse")
+    message = str(info.value)
+    assert "'warehouse'" in message
+    assert "known: kafka, sqs" in message
+    assert isinstance(info.value, KeyError)
+
+
+def test_unknown_connection_without_any_configured() -> None:
+    with pytest.raises(UnknownConnection, match="none are configured"):
+        get_connection("kafka")

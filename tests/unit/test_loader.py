@@ -1,0 +1,199 @@
+"""Loading a pipelines folder: definitions collected, errors reported per file."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from triggerer import Asset, AssetAlias
+from triggerer.loader import LoadError, load_pipelines
+
+PIPELINE = """
+from triggerer import Asset, pipeline
+
+orders = Asset("orders")
+
+@pipeline(pipeline_id={pid!r}, schedule=orders, outlets=[Asset({out!r})])
+def job(spark, context):
+    pass
+"""
+
+
+@pytest.fixture(autouse=True)
+def _isolate_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # The loader puts the folder on sys.path and pipeline modules in sys.modules.
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def _write(folder: Path, relative: str, source: str) -> Path:
+    path = folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def test_folder_with_good_files(tmp_path: Path) -> None:
+    first = _write(tmp_path, "a.py", PIPELINE.format(pid="first", out="first_out"))
+    second = _write(tmp_path, "b.py", PIPELINE.format(pid="second", out="second_out"))
+    result = load_pipelines(tmp_path)
+    assert result.errors == []
+    assert sorted(result.pipelines) == ["first", "second"]
+    assert result.pipelines["first"].fileloc == str(first)
+    assert result.pipelines["second"].fileloc == str(second)
+    assert set(result.assets) == {Asset("orders"), Asset("first_out"), Asset("second_out")}
+
+
+def test_syntax_error_is_reported_with_path_and_line(tmp_path: Path) -> None:
+    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    bad = _write(tmp_path, "bad.py", "x = 1\n\ndef broken(:\n    pass\n")
+    result = load_pipelines(tmp_path)
+    assert list(result.pipelines) == ["good"]
+    assert len(result.errors) == 1
+    error = result.errors[0]
+    assert (error.path, error.line) == (str(bad), 3)
+    assert error.message.startswith("SyntaxError")
+    assert str(error).startswith(f"{bad}:3: SyntaxError")
+
+
+def test_module_level_raise_is_reported_with_its_line(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "bad.py", "x = 1\n\nraise ValueError('bad setting')\n")
+    result = load_pipelines(tmp_path)
+    assert result.errors == [LoadError(str(bad), 3, "ValueError: bad setting")]
+    assert str(result.errors[0]) == f"{bad}:3: ValueError: bad setting"
+
+
+def test_file_raising_at_import_is_reported_with_its_line(tmp_path: Path) -> None:
+    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    bad = _write(
+        tmp_path,
+        "bad.py",
+        """\
+        import json
+
+        def helper():
+            raise RuntimeError("no config")
+
+        value = 1
+        helper()
+        """,
+    )
+    result = load_pipelines(tmp_path)
+    assert list(result.pipelines) == ["good"]
+    # The innermost frame in the file itself: where the exception was raised.
+    assert result.errors == [LoadError(str(bad), 4, "RuntimeError: no config")]
+
+
+def test_error_in_an_imported_helper_points_at_the_line_in_the_file(tmp_path: Path) -> None:
+    _write(tmp_path, "_helpers.py", "def fail():\n    raise KeyError('missing')\n")
+    bad = _write(tmp_path, "job.py", "import _helpers\n\n_helpers.fail()\n")
+    result = load_pipelines(tmp_path)
+    assert len(result.errors) == 1
+    assert (result.errors[0].path, result.errors[0].line) == (str(bad), 3)
+    assert "KeyError" in result.errors[0].message
+
+
+def test_duplicate_pipeline_id_names_both_files_and_keeps_the_first(tmp_path: Path) -> None:
+    first = _write(tmp_path, "a.py", PIPELINE.format(pid="dup", out="from_a"))
+    second = _write(tmp_path, "b.py", PIPELINE.format(pid="dup", out="from_b"))
+    result = load_pipelines(tmp_path)
+    assert list(result.pipelines) == ["dup"]
+    assert result.pipelines["dup"].fileloc == str(first)
+    assert result.pipelines["dup"].outlets == (Asset("from_a"),)
+    assert len(result.errors) == 1
+    message = str(result.errors[0])
+    assert str(first) in message
+    assert str(second) in message
+    assert "'dup'" in message
+
+
+def test_pipeline_reexported_into_another_file_is_not_a_duplicate(tmp_path: Path) -> None:
+    first = _write(tmp_path, "a.py", PIPELINE.format(pid="shared", out="out"))
+    _write(tmp_path, "b.py", "from a import job\n")
+    result = load_pipelines(tmp_path)
+    assert result.errors == []
+    assert result.pipelines["shared"].fileloc == str(first)
+
+
+def test_same_pipeline_object_seen_twice_is_not_a_duplicate(tmp_path: Path) -> None:
+    _write(tmp_path, "a.py", PIPELINE.format(pid="once", out="out") + "\nalso = job\n")
+    result = load_pipelines(tmp_path)
+    assert result.errors == []
+    assert list(result.pipelines) == ["once"]
+
+
+def test_module_level_assets_aliases_and_watchers_are_collected(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        "assets.py",
+        """\
+        from collections.abc import AsyncIterator
+        from triggerer import Asset, AssetAlias, AssetWatcher, BaseEventTrigger, TriggerEvent
+
+        class Trig(BaseEventTrigger):
+            def serialize(self):
+                return "x.Trig", {}
+
+            async def run(self) -> AsyncIterator[TriggerEvent]:
+                yield TriggerEvent({})
+
+        watched = Asset("watched", watchers=[AssetWatcher("w1", Trig())])
+        unused = Asset("standalone")
+        alias = AssetAlias("by_alias")
+        """,
+    )
+    _write(
+        tmp_path,
+        "more.py",
+        """\
+        from triggerer import Asset, AssetWatcher
+        import assets
+
+        again = Asset("watched", watchers=[AssetWatcher("w2", assets.Trig())])
+        """,
+    )
+    result = load_pipelines(tmp_path)
+    assert result.errors == []
+    assert set(result.assets) == {Asset("watched"), Asset("standalone")}
+    assert [w.name for w in result.assets[Asset("watched")].watchers] == ["w1", "w2"]
+    assert result.aliases == {AssetAlias("by_alias")}
+
+
+def test_private_files_and_folders_are_skipped(tmp_path: Path) -> None:
+    _write(tmp_path, "_private.py", PIPELINE.format(pid="private_file", out="o1"))
+    _write(tmp_path, "_lib/job.py", PIPELINE.format(pid="private_dir", out="o2"))
+    _write(tmp_path, ".hidden/job.py", PIPELINE.format(pid="hidden_dir", out="o3"))
+    _write(tmp_path, "notes.txt", "not python")
+    _write(tmp_path, "main.py", PIPELINE.format(pid="main", out="o4"))
+    result = load_pipelines(tmp_path)
+    assert result.errors == []
+    assert list(result.pipelines) == ["main"]
+
+
+def test_plain_subfolders_are_loaded_and_same_stems_kept_apart(tmp_path: Path) -> None:
+    _write(tmp_path, "team_a/jobs.py", PIPELINE.format(pid="a_job", out="o1"))
+    _write(tmp_path, "team_b/jobs.py", PIPELINE.format(pid="b_job", out="o2"))
+    result = load_pipelines(tmp_path)
+    assert result.errors == []
+    assert sorted(result.pipelines) == ["a_job", "b_job"]
+
+
+def test_missing_folder_is_reported(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    result = load_pipelines(missing)
+    assert result.pipelines == {}
+    assert len(result.errors) == 1
+    assert result.errors[0].path == str(missing)
+    assert "does not exist" in result.errors[0].message
+
+
+def test_empty_folder_loads_nothing(tmp_path: Path) -> None:
+    result = load_pipelines(tmp_path)
+    assert (result.pipelines, result.assets, result.errors) == ({}, {}, [])

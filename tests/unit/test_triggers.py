@@ -1,0 +1,170 @@
+"""BaseEventTrigger, TriggerEvent, load_trigger and trigger_key."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from triggerer import BaseEventTrigger, TriggerEvent, load_trigger
+from triggerer.triggers import trigger_key
+
+
+class PlainTrigger(BaseEventTrigger):
+    """Written the way users write custom triggers: own __init__, serialize and run."""
+
+    def __init__(self, folder: str, poll_interval_s: float = 1.0) -> None:
+        self.folder = folder
+        self.poll_interval_s = poll_interval_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return self.classpath(), {"folder": self.folder, "poll_interval_s": self.poll_interval_s}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        yield TriggerEvent({"folder": self.folder}, dedup_key="k1")
+
+
+@dataclasses.dataclass
+class DataclassTrigger(BaseEventTrigger):
+    queue: str
+    batch_size: int = 10
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        yield TriggerEvent({"queue": self.queue})
+
+
+class NoSerializeTrigger(BaseEventTrigger):
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        yield TriggerEvent(None)
+
+
+class NotATrigger:
+    pass
+
+
+def test_base_event_trigger_is_abstract() -> None:
+    with pytest.raises(TypeError):
+        BaseEventTrigger()  # type: ignore[abstract]
+
+
+def test_subclass_without_run_is_abstract() -> None:
+    class NoRun(BaseEventTrigger):
+        pass
+
+    with pytest.raises(TypeError):
+        NoRun()  # type: ignore[abstract]
+
+
+def test_plain_subclass_serializes_with_its_classpath() -> None:
+    trigger = PlainTrigger("/data/in", 2.5)
+    assert trigger.serialize() == (
+        f"{__name__}.PlainTrigger",
+        {"folder": "/data/in", "poll_interval_s": 2.5},
+    )
+
+
+def test_plain_subclass_round_trips_through_load_trigger() -> None:
+    trigger = PlainTrigger("/data/in", 2.5)
+    rebuilt = load_trigger(*trigger.serialize())
+    assert isinstance(rebuilt, PlainTrigger)
+    assert rebuilt.serialize() == trigger.serialize()
+
+
+async def test_plain_subclass_runs_and_cleans_up() -> None:
+    trigger = PlainTrigger("/data/in")
+    events = [event async for event in trigger.run()]
+    assert events == [TriggerEvent({"folder": "/data/in"}, dedup_key="k1")]
+    assert await trigger.cleanup() is None
+
+
+def test_dataclass_subclass_gets_serialize() -> None:
+    trigger = DataclassTrigger("orders", batch_size=5)
+    assert trigger.serialize() == (
+        f"{__name__}.DataclassTrigger",
+        {"queue": "orders", "batch_size": 5},
+    )
+    assert load_trigger(*trigger.serialize()).serialize() == trigger.serialize()
+
+
+def test_subclass_neither_dataclass_nor_serializing_says_so() -> None:
+    with pytest.raises(NotImplementedError, match="NoSerializeTrigger"):
+        NoSerializeTrigger().serialize()
+
+
+def test_shareable_defaults_to_false() -> None:
+    assert PlainTrigger("x").shareable is False
+
+
+@pytest.mark.parametrize(
+    ("classpath", "error"),
+    [
+        ("PlainTrigger", ValueError),
+        ("no_such_module_xyz.Trigger", ImportError),
+        (f"{__name__}.MissingTrigger", ImportError),
+        (f"{__name__}.NotATrigger", ValueError),
+        (f"{__name__}.pytest", ValueError),
+    ],
+    ids=["no-dot", "missing-module", "missing-class", "not-a-trigger", "not-a-class"],
+)
+def test_load_trigger_bad_classpath_names_it(classpath: str, error: type[Exception]) -> None:
+    with pytest.raises(error) as info:
+        load_trigger(classpath, {})
+    assert classpath in str(info.value)
+
+
+def test_trigger_event_defaults() -> None:
+    event = TriggerEvent({"a": 1})
+    assert (event.payload, event.dedup_key, event.ack, event.partition_key) == (
+        {"a": 1},
+        None,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize("payload", [object(), {"when": {1, 2}}, b"bytes"])
+def test_trigger_event_rejects_a_non_json_payload(payload: object) -> None:
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        TriggerEvent(payload)
+
+
+def test_trigger_event_rejects_nan() -> None:
+    with pytest.raises(TypeError):
+        TriggerEvent({"value": float("nan")})
+
+
+def test_trigger_event_ack_does_not_affect_equality() -> None:
+    async def ack() -> None:
+        return None
+
+    assert TriggerEvent(1, dedup_key="k", ack=ack) == TriggerEvent(1, dedup_key="k")
+
+
+def test_trigger_event_options_are_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        TriggerEvent(1, "dedup")  # type: ignore[misc]
+
+
+def test_trigger_key_is_stable_under_kwarg_order() -> None:
+    class Ordered(PlainTrigger):
+        def __init__(self, kwargs: dict[str, Any]) -> None:
+            self.kwargs = kwargs
+
+        def serialize(self) -> tuple[str, dict[str, Any]]:
+            return "pkg.Trigger", self.kwargs
+
+    forward = Ordered({"a": 1, "b": {"x": 1, "y": 2}})
+    backward = Ordered({"b": {"y": 2, "x": 1}, "a": 1})
+    assert trigger_key(forward) == trigger_key(backward)
+    assert trigger_key(forward) != trigger_key(Ordered({"a": 2, "b": {"x": 1, "y": 2}}))
+
+
+def test_trigger_key_differs_by_classpath() -> None:
+    assert trigger_key(PlainTrigger("q")) != trigger_key(DataclassTrigger("q"))
+
+
+def test_repr_shows_classpath_and_kwargs() -> None:
+    assert "PlainTrigger" in repr(PlainTrigger("/in"))
+    assert '"folder": "/in"' in repr(PlainTrigger("/in"))

@@ -1,0 +1,1 @@
+"""The long-lived service: supervised watchers, ingest, scheduler and launcher."""

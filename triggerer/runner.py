@@ -1,0 +1,164 @@
+"""The child process of one run: a SparkSession, the pipeline function, and its outlets.
+
+``python -m triggerer.runner SPEC RESULT`` reads the run spec (JSON, written by the launcher),
+runs the pipeline and writes what it emitted to RESULT. Its stdout and stderr are the run log.
+In ``submit`` mode spark-submit runs this module as the application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import json
+import os
+import runpy
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from triggerer.assets import Asset
+from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
+from triggerer.loader import import_pipeline_file
+from triggerer.pipelines import Metadata, Pipeline
+
+PR_SET_PDEATHSIG = 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    spec_path, result_path = argv if argv is not None else sys.argv[1:3]
+    _die_with_parent()
+    spec = json.loads(Path(spec_path).read_text())
+    pipeline = _find_pipeline(spec["fileloc"], spec["pipeline_id"])
+    context = build_context(spec, pipeline)
+    spark = _spark_session(spec, pipeline)
+    try:
+        if pipeline.application is not None:
+            # An existing PySpark script: its getOrCreate() finds the session made here.
+            runpy.run_path(
+                str(Path(spec["fileloc"]).parent / pipeline.application), run_name="__main__"
+            )
+        else:
+            assert pipeline.function is not None  # noqa: S101 - Pipeline has one or the other
+            result = pipeline.function(spark, context)
+            for item in result if inspect.isgenerator(result) else ():
+                _apply(item, context)
+    finally:
+        if spec["spark"]["mode"] == "local":
+            spark.stop()
+    Path(result_path).write_text(json.dumps(collect_outlets(context)))
+    return 0
+
+
+def build_context(spec: dict[str, Any], pipeline: Pipeline) -> RunContext:
+    """The :class:`RunContext` a run spec describes."""
+    triggering: dict[Asset, list[AssetEvent]] = {}
+    for event in map(_event, spec["triggering_events"]):
+        triggering.setdefault(event.asset, []).append(event)
+    database_url = spec["database_url"]
+    return RunContext(
+        run_id=spec["run_id"],
+        pipeline_id=spec["pipeline_id"],
+        triggering_asset_events=triggering,
+        inlet_events=InletEvents(
+            pipeline.inlets, lambda asset: asyncio.run(_inlet_events(database_url, asset))
+        ),
+        outlet_events=OutletEvents(pipeline.outlets),
+        params=spec["params"],
+        partition_key=spec["partition_key"],
+        try_number=spec["try_number"],
+    )
+
+
+def collect_outlets(context: RunContext) -> dict[str, Any]:
+    """What the run emits, as JSON: extras per outlet asset and additions through aliases."""
+    return {
+        "assets": [
+            {"name": o.asset.name, "uri": o.asset.uri, "extra": o.extra}
+            for o in context.outlet_events.assets()
+        ],
+        "alias_adds": [
+            {"alias": a.alias.name, "name": asset.name, "uri": asset.uri, "extra": extra}
+            for a in context.outlet_events.aliases()
+            for asset, extra in a.added
+        ],
+    }
+
+
+def _apply(item: object, context: RunContext) -> None:
+    if not isinstance(item, Metadata):
+        raise TypeError(f"a pipeline may only yield Metadata, got {type(item).__name__}")
+    if item.alias is not None:
+        context.outlet_events[item.alias].add(item.asset, extra=item.extra)
+    else:
+        context.outlet_events[item.asset].extra.update(item.extra)
+
+
+def _event(data: dict[str, Any]) -> AssetEvent:
+    return AssetEvent(
+        id=data["id"],
+        asset=Asset(data["asset"]["name"], data["asset"]["uri"]),
+        extra=data["extra"],
+        timestamp=datetime.fromisoformat(data["timestamp"]),
+        source=data["source"],
+        partition_key=data["partition_key"],
+        source_run_id=data.get("source_run_id"),
+    )
+
+
+async def _inlet_events(database_url: str, asset: Asset) -> list[AssetEvent]:
+    from sqlalchemy import select
+
+    from triggerer.store import create_engine, models
+
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            rows = await connection.execute(
+                select(models.AssetEvent)
+                .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+                .where(models.Asset.name == asset.name, models.Asset.uri == asset.uri)
+                .order_by(models.AssetEvent.id)
+            )
+            return [
+                AssetEvent(r.id, asset, r.extra, r.timestamp, r.source, r.partition_key)
+                for r in rows.all()
+            ]
+    finally:
+        await engine.dispose()
+
+
+def _find_pipeline(fileloc: str, pipeline_id: str) -> Pipeline:
+    pipelines = import_pipeline_file(Path(fileloc))
+    if pipeline_id not in pipelines:
+        raise LookupError(f"pipeline {pipeline_id!r} is no longer defined in {fileloc}")
+    return pipelines[pipeline_id]
+
+
+def _spark_session(spec: dict[str, Any], pipeline: Pipeline) -> Any:
+    from pyspark.sql import SparkSession
+
+    spark_settings = spec["spark"]
+    builder = SparkSession.builder.appName(spec["run_id"])
+    if spark_settings["mode"] == "connect":
+        # Also where an application script's own SparkSession.builder looks.
+        os.environ["SPARK_REMOTE"] = spark_settings["remote"]
+        builder = builder.remote(spark_settings["remote"])
+    elif spark_settings["mode"] == "local":
+        builder = builder.master(spark_settings["master"]).config("spark.ui.enabled", "false")
+    for key, value in {**spark_settings["conf"], **pipeline.spark_conf}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _die_with_parent() -> None:
+    """Linux: the run dies with the daemon, so a killed daemon leaves no orphan behind."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

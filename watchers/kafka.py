@@ -1,0 +1,492 @@
+"""KafkaTrigger: a consumer-group watcher that commits an offset only after its event is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+import anyio
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.helpers import create_ssl_context
+from aiokafka.structs import OffsetAndMetadata
+
+from triggerer.connections import get_connection
+from triggerer.triggers import BaseEventTrigger, TriggerEvent
+from watchers.filters import PayloadFilter, lookup
+from watchers.payloads import decode_body, import_callable
+
+log = structlog.get_logger(__name__)
+
+#: Settings a named connection may hold, passed to aiokafka as they are.
+CONNECTION_KEYS = frozenset(
+    {
+        "security_protocol",
+        "sasl_mechanism",
+        "sasl_plain_username",
+        "sasl_plain_password",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "client_id",
+    }
+)
+#: Settings of a named connection that build the TLS context.
+SSL_KEYS = frozenset({"ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"})
+_VALID_CONNECTION_KEYS = ", ".join(sorted(CONNECTION_KEYS | SSL_KEYS))
+AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+
+_POLL_TIMEOUT_MS = 1000
+_BACKOFF_MIN_S = 0.1
+_BACKOFF_MAX_S = 5.0
+_CLOSE_TIMEOUT_S = 10.0
+_ERROR_HEADER_MAX_BYTES = 1000
+
+
+@dataclasses.dataclass(eq=False, repr=False, kw_only=True)
+class KafkaTrigger(BaseEventTrigger):
+    """Yield one event per Kafka message of ``topics``, as a member of consumer group ``group_id``.
+
+    The payload is ``{"topic", "partition", "offset", "key", "value", "timestamp", "headers"}``:
+    ``key``, ``value`` and header values decoded (JSON, else text, else ``{"base64": ...}``),
+    ``headers`` a mapping (the last value of a repeated header wins), ``timestamp`` in
+    milliseconds since the epoch. ``filter`` (``{"path": "$.value.type", "equals": ...}``) is
+    checked on that payload, then ``apply_function`` (dotted path) may replace it; a message
+    filtered by either is acknowledged and counted in ``filtered``. A message whose processing
+    raises ``max_attempts`` times goes to ``dead_letter_topic`` (default ``<topic>.dlq``) with
+    the reason in its headers. Offsets are committed per partition up to the highest offset
+    below which every message is acknowledged. ``connection`` names the SASL/TLS settings.
+    """
+
+    bootstrap_servers: str
+    topics: list[str]
+    group_id: str | None = None
+    auto_offset_reset: str = "earliest"
+    apply_function: str | None = None
+    filter: dict[str, Any] | None = None
+    partition_key_path: str | None = None
+    dead_letter_topic: str | None = None
+    max_attempts: int = 3
+    max_in_flight: int = 1000
+    connection: str | None = None
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    commit_interval_ms: int = 1_000
+
+    #: Counters for the daemon's ``/watchers``: messages received, events yielded, messages
+    #: filtered, sent to the dead-letter topic, and acknowledgements that took effect.
+    messages: int = dataclasses.field(default=0, init=False)
+    events: int = dataclasses.field(default=0, init=False)
+    filtered: int = dataclasses.field(default=0, init=False)
+    dead_lettered: int = dataclasses.field(default=0, init=False)
+    acked: int = dataclasses.field(default=0, init=False)
+
+    _consumer: AIOKafkaConsumer | None = dataclasses.field(default=None, init=False)
+    _producer: AIOKafkaProducer | None = dataclasses.field(default=None, init=False)
+    _commit_task: asyncio.Task[None] | None = dataclasses.field(default=None, init=False)
+    _commit_lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, init=False)
+    _partitions: dict[TopicPartition, _Partition] = dataclasses.field(
+        default_factory=dict, init=False
+    )
+    _in_flight: int = dataclasses.field(default=0, init=False)
+    _room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
+
+    shareable = True
+
+    def __post_init__(self) -> None:
+        if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
+            raise ValueError(f"KafkaTrigger topics={self.topics!r} must be a non-empty list")
+        if not self.bootstrap_servers:
+            raise ValueError("KafkaTrigger bootstrap_servers must be 'host:port[,host:port]'")
+        if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
+            raise ValueError(
+                f"KafkaTrigger auto_offset_reset={self.auto_offset_reset!r} must be one of "
+                f"{', '.join(AUTO_OFFSET_RESETS)}"
+            )
+        for name in ("max_attempts", "max_in_flight", "commit_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"KafkaTrigger {name}={getattr(self, name)!r} must be >= 1")
+        if self.filter is not None:
+            PayloadFilter.from_option(self.filter)
+        if self.partition_key_path is not None:
+            lookup(None, self.partition_key_path)
+        if self.group_id is None:
+            self.group_id = "triggerer-" + ",".join(sorted(self.topics))
+        self._room.set()
+
+    @property
+    def lag(self) -> int | None:
+        """Messages behind the last known end of the assigned partitions; ``None`` if unknown."""
+        if self._consumer is None:
+            return None
+        assignment = self._consumer.assignment()
+        total = 0
+        for tp, partition in self._partitions.items():
+            if tp not in assignment:
+                continue  # being revoked
+            highwater = self._consumer.highwater(tp)
+            if highwater is None or partition.position is None:
+                return None
+            total += highwater - partition.position
+        return total
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await self.cleanup()  # a previous run's consumer, when the daemon restarts this trigger
+        apply = None
+        if self.apply_function is not None:
+            apply = import_callable(self.apply_function, option="apply_function")
+        payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        consumer = await self._connect()
+        self._commit_task = asyncio.create_task(self._commit_loop(), name="kafka-commit")
+        while True:
+            await self._room.wait()
+            batch = await self._poll(consumer, max_records=self.max_in_flight - self._in_flight)
+            for tp, records in batch.items():
+                partition = self._partitions.get(tp)
+                for record in records:
+                    if partition is None or partition.revoked:
+                        break  # revoked meanwhile: its next owner reads from the committed offset
+                    event = await self._handle(partition, record, apply, payload_filter)
+                    if event is not None:
+                        yield event
+
+    async def cleanup(self) -> None:
+        """Commit what is acknowledged, then stop the consumer and producer; idempotent."""
+        if self._commit_task is not None:
+            self._commit_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._commit_task
+            self._commit_task = None
+        consumer, producer = self._consumer, self._producer
+        self._consumer = self._producer = None
+        with anyio.move_on_after(_CLOSE_TIMEOUT_S, shield=True) as scope:
+            if consumer is not None:
+                await self._commit(consumer, list(self._partitions.values()))
+                await consumer.stop()
+            if producer is not None:
+                await producer.stop()
+        if scope.cancelled_caught:
+            log.warning("kafka_close_timed_out", group_id=self.group_id, topics=self.topics)
+        self._forget(list(self._partitions.values()))
+
+    # -- handling one message
+
+    async def _handle(
+        self,
+        partition: _Partition,
+        record: ConsumerRecord[bytes, bytes],
+        apply: Callable[..., Any] | None,
+        payload_filter: PayloadFilter | None,
+    ) -> TriggerEvent | None:
+        self.messages += 1
+        partition.fetched(record.offset)
+        ack = _Ack(self, partition, record.offset)
+        attempt = 1
+        while True:
+            try:
+                event = self._event(record, ack, apply, payload_filter)
+            # Processing runs user code (apply_function) that may raise anything: after
+            # max_attempts the message goes to the dead-letter topic; the watcher carries on.
+            except Exception as error:  # noqa: BLE001
+                if attempt < self.max_attempts:
+                    attempt += 1
+                    continue
+                await self._dead_letter(record, error)
+                partition.done(record.offset)
+                return None
+            break
+        if event is None:
+            self.filtered += 1
+            partition.done(record.offset)
+            return None
+        self.events += 1
+        partition.unacked += 1
+        self._in_flight += 1
+        if self._in_flight >= self.max_in_flight:
+            self._room.clear()
+        return event
+
+    def _event(
+        self,
+        record: ConsumerRecord[bytes, bytes],
+        ack: _Ack,
+        apply: Callable[..., Any] | None,
+        payload_filter: PayloadFilter | None,
+    ) -> TriggerEvent | None:
+        payload: Any = {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": decode_body(record.key),
+            "value": decode_body(record.value),
+            "timestamp": record.timestamp,
+            "headers": {key: decode_body(value) for key, value in record.headers},
+        }
+        if payload_filter is not None and not payload_filter.matches(payload):
+            return None
+        if apply is not None:
+            payload = apply(payload)
+            if payload is None:
+                return None
+        partition_key = None
+        if self.partition_key_path is not None:
+            value = lookup(payload, self.partition_key_path)
+            if isinstance(value, str | int | float) and not isinstance(value, bool):
+                partition_key = str(value)
+        dedup_key = f"{record.topic}/{record.partition}/{record.offset}"
+        return TriggerEvent(payload, dedup_key=dedup_key, ack=ack, partition_key=partition_key)
+
+    async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: Exception) -> None:
+        topic = self.dead_letter_topic or f"{record.topic}.dlq"
+        reason = f"{type(error).__name__}: {error}".encode()[:_ERROR_HEADER_MAX_BYTES]
+        headers = [
+            *record.headers,
+            ("triggerer-error", reason),
+            ("triggerer-attempts", str(self.max_attempts).encode()),
+            ("triggerer-source", f"{record.topic}/{record.partition}/{record.offset}".encode()),
+        ]
+        log.warning(
+            "kafka_message_dead_lettered",
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            dead_letter_topic=topic,
+            error=reason.decode(errors="replace"),
+        )
+        backoff = _Backoff()
+        while True:
+            try:
+                producer = await self._dead_letter_producer()
+                await producer.send_and_wait(topic, record.value, record.key, headers=headers)
+            except KafkaError as exc:
+                _raise_unless_transient(exc)
+                log.warning("kafka_dead_letter_retry", dead_letter_topic=topic, error=str(exc))
+                await backoff.wait()
+            else:
+                self.dead_lettered += 1
+                return
+
+    async def _dead_letter_producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap_servers, **self._security_options()
+            )
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()
+                raise
+            self._producer = producer
+        return self._producer
+
+    # -- acknowledgements and commits
+
+    def _ack(self, partition: _Partition, offset: int) -> None:
+        if partition.revoked:
+            return  # another member owns the partition now and reads it from the committed offset
+        self.acked += 1
+        partition.unacked -= 1
+        self._in_flight -= 1
+        self._room.set()
+        partition.done(offset)
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.commit_interval_ms / 1000)  # the commit batching interval
+            consumer = self._consumer
+            if consumer is None:
+                return
+            try:
+                await self._commit(consumer, list(self._partitions.values()))
+            except KafkaError as error:
+                _raise_unless_transient(error)
+                log.warning("kafka_commit_failed", group_id=self.group_id, error=str(error))
+
+    async def _commit(self, consumer: AIOKafkaConsumer, partitions: Iterable[_Partition]) -> None:
+        async with self._commit_lock:  # one commit at a time, so offsets never move backwards
+            offsets = {
+                p.tp: OffsetAndMetadata(p.position, "")
+                for p in partitions
+                if not p.revoked and p.position is not None and p.position != p.committed
+            }
+            if not offsets:
+                return
+            await consumer.commit(offsets)
+            for p in partitions:
+                if p.tp in offsets and not p.revoked:
+                    p.committed = offsets[p.tp].offset
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        partitions = [self._partitions[tp] for tp in revoked if tp in self._partitions]
+        consumer = self._consumer
+        if consumer is not None and partitions:
+            try:
+                await self._commit(consumer, partitions)
+            except KafkaError as error:
+                # The next owner reads from the last commit: a redelivery, deduplicated by key.
+                log.warning("kafka_revoke_commit_failed", group_id=self.group_id, error=str(error))
+        self._forget(partitions)
+        log.info("kafka_partitions_revoked", group_id=self.group_id, partitions=_names(revoked))
+
+    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._forget([p for tp, p in self._partitions.items() if tp in assigned])
+        for tp in assigned:
+            self._partitions[tp] = _Partition(tp)
+        log.info("kafka_partitions_assigned", group_id=self.group_id, partitions=_names(assigned))
+
+    def _forget(self, partitions: list[_Partition]) -> None:
+        """Drop partitions: their un-acked events no longer count and their acks do nothing."""
+        for partition in partitions:
+            partition.revoked = True
+            self._in_flight -= partition.unacked
+            self._partitions.pop(partition.tp, None)
+        self._room.set()
+
+    # -- connecting and polling
+
+    async def _connect(self) -> AIOKafkaConsumer:
+        backoff = _Backoff()
+        while True:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap_servers,
+                group_id=self.group_id,
+                auto_offset_reset=self.auto_offset_reset,
+                enable_auto_commit=False,
+                session_timeout_ms=self.session_timeout_ms,
+                heartbeat_interval_ms=self.heartbeat_interval_ms,
+                **self._security_options(),
+            )
+            consumer.subscribe(self.topics, listener=_Listener(self))
+            try:
+                await consumer.start()
+            except KafkaConnectionError as error:
+                await consumer.stop()
+                log.warning(
+                    "kafka_connect_failed", servers=self.bootstrap_servers, error=str(error)
+                )
+                await backoff.wait()
+            except BaseException:
+                await consumer.stop()
+                raise
+            else:
+                self._consumer = consumer
+                log.info("kafka_consumer_started", group_id=self.group_id, topics=self.topics)
+                return consumer
+
+    async def _poll(
+        self, consumer: AIOKafkaConsumer, *, max_records: int
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        backoff = _Backoff()
+        while True:
+            try:
+                batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
+                batch = await consumer.getmany(timeout_ms=_POLL_TIMEOUT_MS, max_records=max_records)
+            except KafkaError as error:
+                _raise_unless_transient(error)
+                log.warning("kafka_poll_failed", group_id=self.group_id, error=str(error))
+                await backoff.wait()
+            else:
+                return batch
+
+    def _security_options(self) -> dict[str, Any]:
+        if self.connection is None:
+            return {}
+        settings = get_connection(self.connection)
+        unknown = set(settings) - CONNECTION_KEYS - SSL_KEYS
+        if unknown:
+            raise ValueError(
+                f"connection {self.connection!r} has settings KafkaTrigger does not know: "
+                f"{', '.join(sorted(unknown))}; valid: {_VALID_CONNECTION_KEYS}"
+            )
+        options = {key: value for key, value in settings.items() if key in CONNECTION_KEYS}
+        ssl = {
+            key.removeprefix("ssl_"): value for key, value in settings.items() if key in SSL_KEYS
+        }
+        if ssl:
+            options["ssl_context"] = create_ssl_context(**ssl)
+        return options
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Partition:
+    """The offsets of one partition in one assignment; once revoked, its acks do nothing."""
+
+    tp: TopicPartition
+    #: Offsets handled in this assignment, oldest first, from the oldest not yet done.
+    pending: deque[int] = dataclasses.field(default_factory=deque)
+    #: Offsets done (acked, filtered or dead-lettered) while an older one is still pending.
+    done_early: set[int] = dataclasses.field(default_factory=set)
+    #: Every offset below is done: the offset to commit.
+    position: int | None = None
+    committed: int | None = None
+    unacked: int = 0
+    revoked: bool = False
+
+    def fetched(self, offset: int) -> None:
+        self.pending.append(offset)
+
+    def done(self, offset: int) -> None:
+        pending = self.pending
+        if not pending or pending[0] != offset:
+            self.done_early.add(offset)
+            return
+        pending.popleft()
+        self.position = offset + 1
+        while pending and pending[0] in self.done_early:
+            offset = pending.popleft()
+            self.done_early.remove(offset)
+            self.position = offset + 1
+
+
+class _Ack:
+    """The ``ack`` of one event: marks its offset done, once."""
+
+    __slots__ = ("_acked", "_offset", "_partition", "_trigger")
+
+    def __init__(self, trigger: KafkaTrigger, partition: _Partition, offset: int) -> None:
+        self._trigger = trigger
+        self._partition = partition
+        self._offset = offset
+        self._acked = False
+
+    async def __call__(self) -> None:
+        if not self._acked:
+            self._acked = True
+            self._trigger._ack(self._partition, self._offset)
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, trigger: KafkaTrigger) -> None:
+        self._trigger = trigger
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._trigger._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._trigger._on_assigned(assigned)
+
+
+class _Backoff:
+    """Jittered exponential waits between retries of a transient broker error."""
+
+    def __init__(self) -> None:
+        self._delay_s = _BACKOFF_MIN_S
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self._delay_s * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
+        self._delay_s = min(self._delay_s * 2, _BACKOFF_MAX_S)
+
+
+def _raise_unless_transient(error: KafkaError) -> None:
+    if not (error.retriable or isinstance(error, KafkaConnectionError)):
+        raise error
+
+
+def _names(tps: set[TopicPartition]) -> list[str]:
+    return sorted(f"{tp.topic}/{tp.partition}" for tp in tps)
