@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -121,6 +121,11 @@ class KafkaTrigger(BaseEventTrigger):
         self._room.set()
 
     @property
+    def assignment(self) -> list[str]:
+        """The partitions this member owns now, as ``topic/partition``."""
+        return _names(set(self._partitions))
+
+    @property
     def lag(self) -> int | None:
         """Messages behind the last known end of the assigned partitions; ``None`` if unknown."""
         if self._consumer is None:
@@ -136,7 +141,7 @@ class KafkaTrigger(BaseEventTrigger):
             total += highwater - partition.position
         return total
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's consumer, when the daemon restarts this trigger
         apply = None
         if self.apply_function is not None:

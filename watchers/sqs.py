@@ -174,6 +174,8 @@ class SqsTrigger(BaseEventTrigger):
         _check_range("max_receives", max_receives, 1, 1_000)
         if visibility_timeout_s is not None:
             _check_range("visibility_timeout_s", visibility_timeout_s, 1, MAX_VISIBILITY_TIMEOUT_S)
+        if not isinstance(batch, bool):
+            raise ValueError(f"batch={batch!r} must be true or false")
         if dead_letter_queue is not None:
             parse_queue(dead_letter_queue)
         if partition_key_path is not None:
@@ -229,7 +231,7 @@ class SqsTrigger(BaseEventTrigger):
         if session is not None:
             await session.close()
 
-    def prepare(self, message: dict[str, Any]) -> tuple[Any, str | None] | None:
+    def _prepare(self, message: dict[str, Any]) -> tuple[Any, str | None] | None:
         """The payload and partition key of a message, or ``None`` when it is filtered out."""
         payload: Any = message_payload(message)
         if self._filter is not None and not self._filter.matches(payload):
@@ -306,6 +308,7 @@ class _SqsSession:
         self._buffer_slots = asyncio.Semaphore(buffer)
         self._receivers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
+        self._opened = False
         self._closed = False
 
     async def open(self) -> None:
@@ -315,6 +318,7 @@ class _SqsSession:
             self._closed = True
             await self._exit_stack.aclose()
             raise
+        self._opened = True
         self._background = [
             self._spawn(self._extend_loop(), "sqs-extend"),
             self._spawn(self._delete_loop(), "sqs-delete"),
@@ -357,8 +361,11 @@ class _SqsSession:
                 AttributeNames=["VisibilityTimeout", "RedrivePolicy"],
             )
         attributes = response.get("Attributes", {})
-        self._visibility_timeout_s = self._options["visibility_timeout_s"] or int(
-            attributes.get("VisibilityTimeout", 30)
+        # A queue may say 0 (visible at once); holding a message needs some time.
+        self._visibility_timeout_s = (
+            self._options["visibility_timeout_s"]
+            or int(attributes.get("VisibilityTimeout", 0))
+            or 30
         )
         await self._resolve_dead_letter_queue(attributes.get("RedrivePolicy"))
 
@@ -426,6 +433,7 @@ class _SqsSession:
             async with asyncio.timeout(CLEANUP_TIMEOUT_S):
                 await _cancel_and_wait([*self._receivers, delete_loop])
                 await self._flush_deletes()
+                await _cancel_and_wait([extend_loop])
                 await self._release_unacked()
         except TimeoutError:
             self._log.warning(
@@ -460,16 +468,21 @@ class _SqsSession:
             self._events.put_nowait(_Failure(error))
 
     async def _call(self, operation: str, **arguments: Any) -> dict[str, Any]:
-        """Call the SQS API, retrying transient errors with jittered exponential backoff."""
+        """Call the SQS API, retrying transient errors with jittered exponential backoff.
+
+        Until the session is open an error is raised at once (after botocore's own retries):
+        a watcher that cannot start fails, and the supervisor shows the error and restarts it.
+        """
         attempt = 0
         while True:
             try:
                 response: dict[str, Any] = await getattr(self._client, operation)(**arguments)
             except (ClientError, HTTPClientError, BotoConnectionError) as error:
-                if not _is_transient(error):
+                if not (self._opened and _is_transient(error)):
                     raise
                 attempt += 1
-                delay_s = min(10.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
+                jitter = random.uniform(0.5, 1.0)  # noqa: S311 - spreads retries, not a secret
+                delay_s = min(10.0, 0.1 * 2**attempt) * jitter
                 self._log.warning(
                     "sqs_call_failed",
                     operation=operation,
@@ -488,9 +501,8 @@ class _SqsSession:
             "WaitTimeSeconds": self._options["wait_time_s"],
             "MessageSystemAttributeNames": ["All"],
             "MessageAttributeNames": ["All"],
+            "VisibilityTimeout": self._visibility_timeout_s,
         }
-        if self._options["visibility_timeout_s"] is not None:
-            arguments["VisibilityTimeout"] = self._options["visibility_timeout_s"]
         while True:
             sent_at = time.monotonic()
             response = await self._call("receive_message", **arguments)
@@ -519,8 +531,10 @@ class _SqsSession:
         kept: list[tuple[Any, str | None, _InFlight]] = []
         for message, entry in zip(messages, held, strict=True):
             try:
-                prepared = self._trigger.prepare(message)
-            except Exception as error:  # noqa: BLE001 - user transforms may raise anything; a bad message must not stop the watcher
+                prepared = self._trigger._prepare(message)
+            # A user's transform may raise anything: a bad message must not stop the watcher;
+            # it is retried, then dead-lettered with the reason.
+            except Exception as error:  # noqa: BLE001
                 await self._failed(message, entry, error)
                 continue
             if prepared is None:

@@ -58,6 +58,12 @@ class Launcher:
         self._woken = anyio.Event()
         self._accepting = True
         self.running: dict[str, anyio.CancelScope] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no run is in progress."""
+        await self._idle.wait()
 
     def wake(self) -> None:
         self._woken.set()
@@ -137,6 +143,8 @@ class Launcher:
                 command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
             scope = anyio.CancelScope()
+            if self._idle.is_set():
+                self._idle = anyio.Event()
             self.running[run_id] = scope
             try:
                 with scope:
@@ -147,6 +155,8 @@ class Launcher:
                 return None
             finally:
                 del self.running[run_id]
+                if not self.running:
+                    self._idle.set()
 
     async def _spec(self, session: AsyncSession, run: models.Run) -> dict[str, Any]:
         pipeline = self._registry().pipelines[run.pipeline_id]

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.UP_FOR_RETRY)
-IDLE_WAKE_S = 60.0
+IDLE_WAKE_S = 5.0
+"""Without a wake, everything is looked at again this often (events from other processes)."""
 
 
 class ConsumedElsewhere(Exception):
@@ -91,8 +92,9 @@ class Scheduler:
                 if pipeline is not None:
                     await self.schedule(pipeline, registry)
             wait_s = await self._fire_cron(registry)
-            with anyio.move_on_after(wait_s):
+            with anyio.move_on_after(wait_s) as idle:
                 await self._woken.wait()
+            self._everything = self._everything or idle.cancelled_caught
 
     async def schedule(self, pipeline: Pipeline, registry: Registry) -> int:
         """Create every run the queued events of ``pipeline`` allow now; returns how many."""
@@ -192,11 +194,25 @@ class Scheduler:
 
 
 async def create_manual_run(
-    session: AsyncSession, pipeline: Pipeline, params: dict[str, Any] | None = None
+    session: AsyncSession, pipeline_id: str, params: dict[str, Any] | None = None
 ) -> str:
-    """Insert a queued manual run of ``pipeline``; the caller commits."""
-    run_id = f"{pipeline.pipeline_id}__manual__{uuid.uuid4().hex[:12]}"
-    await _insert_run(session, pipeline, run_id, RunType.MANUAL, None, [], params)
+    """Insert a queued manual run of a known pipeline; the caller commits."""
+    row = await session.get(models.Pipeline, pipeline_id)
+    if row is None:
+        raise LookupError(f"pipeline {pipeline_id!r} does not exist")
+    run_id = f"{pipeline_id}__manual__{uuid.uuid4().hex[:12]}"
+    session.add(
+        models.Run(
+            run_id=run_id,
+            pipeline_id=pipeline_id,
+            run_type=RunType.MANUAL,
+            state=RunState.QUEUED,
+            try_number=0,
+            max_tries=row.retries + 1,
+            params=params or {},
+        )
+    )
+    await session.flush()
     return run_id
 
 

@@ -39,6 +39,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from triggerer.store.types import BigId, Json, UtcDateTime, utcnow
@@ -118,6 +119,11 @@ def _one_of(column: str, values: type[enum.StrEnum]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({allowed})", name=column)
 
 
+def _digest(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def trigger_key(classpath: str, kwargs: Mapping[str, Any]) -> str:
     """The identity of a trigger: SHA-256 (hex) of the canonical JSON of ``[classpath, kwargs]``.
 
@@ -125,10 +131,22 @@ def trigger_key(classpath: str, kwargs: Mapping[str, Any]) -> str:
     watching the same trigger share one row. A digest rather than the JSON itself keeps the
     unique index small whatever the kwargs hold.
     """
-    canonical = json.dumps(
-        [classpath, dict(kwargs)], sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return _digest([classpath, dict(kwargs)])
+
+
+def asset_identity_key(name: str, uri: str) -> str:
+    """The identity of an asset: SHA-256 (hex) of the JSON of ``[name, uri]``.
+
+    A unique index on the two 1500-character columns themselves could exceed PostgreSQL's
+    B-tree row limit (2704 bytes); the digest cannot.
+    """
+    return _digest([name, uri])
+
+
+def _default_identity_key(context: DefaultExecutionContext) -> str:
+    # SQLAlchemy leaves this method unannotated; it returns the row's parameters as a dict.
+    row: dict[str, Any] = context.get_current_parameters()  # type: ignore[no-untyped-call]
+    return asset_identity_key(row["name"], row["uri"])
 
 
 class Base(DeclarativeBase):
@@ -138,14 +156,21 @@ class Base(DeclarativeBase):
 
 
 class Asset(Base):
-    """A data asset, identified by ``(name, uri)``; ``extra`` is not part of its identity."""
+    """A data asset, identified by ``(name, uri)``; ``extra`` is not part of its identity.
+
+    ``identity_key`` is :func:`asset_identity_key` of ``(name, uri)``, filled in on insert; it
+    carries the uniqueness of the pair (and is the conflict target of an upsert).
+    """
 
     __tablename__ = "asset"
-    __table_args__ = (UniqueConstraint("name", "uri"), Index("ix_asset_uri", "uri"))
+    __table_args__ = (Index("ix_asset_uri", "uri"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(NAME_LENGTH))
     uri: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    identity_key: Mapped[str] = mapped_column(
+        String(64), unique=True, default=_default_identity_key
+    )
     group: Mapped[str] = mapped_column(String(NAME_LENGTH), default="asset")
     extra: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
@@ -265,9 +290,10 @@ class Pipeline(Base):
     """A pipeline found in the pipelines folder.
 
     ``schedule`` is a JSON description of the schedule (what the scheduler evaluates) and
-    ``schedule_text`` its human-readable form. ``is_active`` turns false when the file defining
-    the pipeline is gone; the row and its history are kept. ``next_cron_at`` is the next tick of
-    a cron-based schedule, NULL otherwise.
+    ``schedule_text`` its human-readable form. ``partitioned`` pipelines consume only events
+    with a partition key, the others only events without one. ``is_active`` turns false when
+    the file defining the pipeline is gone; the row and its history are kept. ``next_cron_at``
+    is the next tick of a cron-based schedule, NULL otherwise.
     """
 
     __tablename__ = "pipeline"
@@ -279,6 +305,7 @@ class Pipeline(Base):
     schedule_text: Mapped[str] = mapped_column(Text)
     paused: Mapped[bool] = mapped_column(default=False)
     is_active: Mapped[bool] = mapped_column(default=True)
+    partitioned: Mapped[bool] = mapped_column(default=False)
     max_active_runs: Mapped[int] = mapped_column(default=16)
     run_policy: Mapped[str] = mapped_column(String(16), default=RunPolicy.COALESCE.value)
     max_events_per_run: Mapped[int | None] = mapped_column()

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from triggerer.store import create_engine, current_revision, head_revision, session_factory, upgrade
 from triggerer.store.models import (
+    NAME_LENGTH,
     Asset,
     AssetEvent,
     AssetWatcher,
@@ -28,6 +29,7 @@ from triggerer.store.models import (
     Run,
     RunEvent,
     Trigger,
+    asset_identity_key,
     trigger_key,
 )
 
@@ -113,6 +115,27 @@ async def test_concurrent_upgrades_from_several_processes_are_serialised(
 async def test_migration_head_matches_models(migrated_engine: AsyncEngine) -> None:
     async with migrated_engine.connect() as conn:
         assert await conn.run_sync(_diff_to_models) == []
+
+
+async def test_asset_identity_is_name_and_uri_up_to_their_longest(
+    migrated_engine: AsyncEngine,
+) -> None:
+    longest_name, longest_uri = "n" * NAME_LENGTH, "s3://bucket/" + "k" * (NAME_LENGTH - 12)
+    sessions = session_factory(migrated_engine)
+    async with sessions() as session:
+        await _add(
+            session,
+            Asset(name=longest_name, uri=longest_uri),
+            Asset(name=longest_name, uri="s3://bucket/other"),
+            Asset(name="other", uri=longest_uri),
+        )
+        stored = await session.scalar(select(Asset).where(Asset.uri == longest_uri).limit(1))
+        assert stored is not None
+        assert stored.identity_key == asset_identity_key(stored.name, stored.uri)
+
+        session.add(Asset(name=longest_name, uri=longest_uri, extra={"differs": True}))
+        with pytest.raises(IntegrityError):
+            await session.commit()
 
 
 async def test_dedup_key_is_unique_per_asset_and_null_keys_never_conflict(
@@ -279,6 +302,7 @@ async def test_naive_timestamps_are_rejected(migrated_engine: AsyncEngine) -> No
     sessions = session_factory(migrated_engine)
     async with sessions() as session:
         session.add(_pipeline("report"))
-        session.add(_run("r1", "report", created_at=dt.datetime(2026, 3, 16)))  # noqa: DTZ001 -- the naive value under test
+        naive = dt.datetime(2026, 3, 16)  # noqa: DTZ001 -- the value under test
+        session.add(_run("r1", "report", created_at=naive))
         with pytest.raises(StatementError, match="naive datetime '2026-03-16T00:00:00'"):
             await session.commit()

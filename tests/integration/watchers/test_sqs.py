@@ -49,7 +49,9 @@ async def running(trigger: SqsTrigger) -> AsyncIterator[AsyncIterator[TriggerEve
         await trigger.cleanup()
 
 
-async def take(events: AsyncIterator[TriggerEvent], count: int, timeout_s: float = 10) -> list[TriggerEvent]:
+async def take(
+    events: AsyncIterator[TriggerEvent], count: int, timeout_s: float = 10
+) -> list[TriggerEvent]:
     taken = []
     with anyio.fail_after(timeout_s):
         while len(taken) < count:
@@ -92,7 +94,9 @@ async def test_payload_shape(sqs: Any, sqs_queue: str) -> None:
     [text_id] = await send(sqs, sqs_queue, "plain text")
     trigger = SqsTrigger(sqs_queue, wait_time_s=1)
     async with running(trigger) as events:
-        first, second = sorted(await take(events, 2), key=lambda e: e.payload["body"] != {"order": 7})
+        first, second = sorted(
+            await take(events, 2), key=lambda e: e.payload["body"] != {"order": 7}
+        )
     assert first.dedup_key == f"{queue_name(sqs_queue)}/{json_id}"
     assert first.payload["message_id"] == json_id
     assert first.payload["body"] == {"order": 7}
@@ -315,8 +319,14 @@ async def test_partition_key_from_the_payload(sqs: Any, sqs_queue: str) -> None:
 async def test_named_connection_and_sqs_uri(
     sqs: Any, sqs_queue: str, moto_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    connections = {"aws": {"endpoint_url": moto_server, "region_name": "us-east-1",
-                           "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}}
+    connections = {
+        "aws": {
+            "endpoint_url": moto_server,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+        }
+    }
     monkeypatch.setattr("watchers.sqs.get_connection", connections.__getitem__)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     await send(sqs, sqs_queue, "hello")

@@ -28,16 +28,13 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=1500), nullable=False),
         sa.Column("uri", sa.String(length=1500), nullable=False),
+        sa.Column("identity_key", sa.String(length=64), nullable=False),
         sa.Column("group", sa.String(length=1500), nullable=False),
-        sa.Column(
-            "extra",
-            JSON,
-            nullable=False,
-        ),
+        sa.Column("extra", JSON, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_asset")),
-        sa.UniqueConstraint("name", "uri", name=op.f("uq_asset_name_uri")),
+        sa.UniqueConstraint("identity_key", name=op.f("uq_asset_identity_key")),
     )
     op.create_index("ix_asset_uri", "asset", ["uri"])
 
@@ -71,14 +68,11 @@ def upgrade() -> None:
         "pipeline",
         sa.Column("pipeline_id", sa.String(length=250), nullable=False),
         sa.Column("fileloc", sa.Text(), nullable=False),
-        sa.Column(
-            "schedule",
-            JSON,
-            nullable=False,
-        ),
+        sa.Column("schedule", JSON, nullable=False),
         sa.Column("schedule_text", sa.Text(), nullable=False),
         sa.Column("paused", sa.Boolean(), nullable=False),
         sa.Column("is_active", sa.Boolean(), nullable=False),
+        sa.Column("partitioned", sa.Boolean(), nullable=False),
         sa.Column("max_active_runs", sa.Integer(), nullable=False),
         sa.Column("run_policy", sa.String(length=16), nullable=False),
         sa.Column("max_events_per_run", sa.Integer(), nullable=True),
@@ -95,11 +89,7 @@ def upgrade() -> None:
         "trigger",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("classpath", sa.String(length=1500), nullable=False),
-        sa.Column(
-            "kwargs",
-            JSON,
-            nullable=False,
-        ),
+        sa.Column("kwargs", JSON, nullable=False),
         sa.Column("key", sa.String(length=64), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("last_poll_at", sa.DateTime(timezone=True), nullable=True),
@@ -215,12 +205,7 @@ def upgrade() -> None:
 
     op.create_table(
         "run",
-        sa.Column(
-            "id",
-            BIG_ID,
-            autoincrement=True,
-            nullable=False,
-        ),
+        sa.Column("id", BIG_ID, autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(length=250), nullable=False),
         sa.Column("pipeline_id", sa.String(length=250), nullable=False),
         sa.Column("run_type", sa.String(length=16), nullable=False),
@@ -229,11 +214,7 @@ def upgrade() -> None:
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("try_number", sa.Integer(), nullable=False),
         sa.Column("max_tries", sa.Integer(), nullable=False),
-        sa.Column(
-            "params",
-            JSON,
-            nullable=False,
-        ),
+        sa.Column("params", JSON, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("start_date", sa.DateTime(timezone=True), nullable=True),
         sa.Column("end_date", sa.DateTime(timezone=True), nullable=True),
@@ -264,18 +245,9 @@ def upgrade() -> None:
 
     op.create_table(
         "asset_event",
-        sa.Column(
-            "id",
-            BIG_ID,
-            autoincrement=True,
-            nullable=False,
-        ),
+        sa.Column("id", BIG_ID, autoincrement=True, nullable=False),
         sa.Column("asset_id", sa.Integer(), nullable=False),
-        sa.Column(
-            "extra",
-            JSON,
-            nullable=False,
-        ),
+        sa.Column("extra", JSON, nullable=False),
         sa.Column("source", sa.String(length=16), nullable=False),
         sa.Column("source_trigger_id", sa.Integer(), nullable=True),
         sa.Column("source_run_pk", BIG_ID, nullable=True),
@@ -335,12 +307,7 @@ def upgrade() -> None:
 
     op.create_table(
         "queued_event",
-        sa.Column(
-            "id",
-            BIG_ID,
-            autoincrement=True,
-            nullable=False,
-        ),
+        sa.Column("id", BIG_ID, autoincrement=True, nullable=False),
         sa.Column("pipeline_id", sa.String(length=250), nullable=False),
         sa.Column("asset_id", sa.Integer(), nullable=False),
         sa.Column("event_id", BIG_ID, nullable=False),

@@ -1,0 +1,210 @@
+"""KafkaTrigger throughput against a raw aiokafka loop, and the cost of idle triggers.
+
+    python tests/benchmarks/bench_kafka.py --out results.json [--messages N] [--idle-seconds S]
+
+Starts its own tansu broker. Throughput is measured from the first to the last message, so the
+consumer-group join is not counted; both consumers read the same pre-produced topic in fresh
+groups. The idle part runs ``--idle-triggers`` KafkaTriggers, each on its own empty topic, and
+samples the process's RSS and CPU while they long-poll.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+if __package__ in (None, ""):  # run as a script: put the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from deploy.local.services import tansu
+from watchers.kafka import KafkaTrigger
+
+PARTITIONS = 4
+MESSAGE_BYTES = 200
+GROUP_OPTIONS: dict[str, Any] = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+def message(index: int) -> bytes:
+    """A JSON object of exactly ``MESSAGE_BYTES`` bytes."""
+    head = json.dumps({"id": index, "type": "order", "pad": ""})
+    return json.dumps(
+        {"id": index, "type": "order", "pad": "x" * (MESSAGE_BYTES - len(head))}
+    ).encode()
+
+
+async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1) for name in names])
+    finally:
+        await admin.close()
+
+
+async def produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        for start in range(0, count, 10_000):
+            sent = [
+                await producer.send(topic, message(i), partition=i % PARTITIONS)
+                for i in range(start, min(start + 10_000, count))
+            ]
+            await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+async def raw_loop(bootstrap: str, topic: str, count: int) -> float:
+    """Events per second of a plain ``getmany`` + ``commit`` loop."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=f"{topic}-raw",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **GROUP_OPTIONS,
+    )
+    await consumer.start()
+    try:
+        seen, started = 0, 0.0
+        while seen < count:
+            batch = await consumer.getmany(timeout_ms=1000)
+            if batch and not started:
+                started = time.perf_counter()
+            seen += sum(len(records) for records in batch.values())
+            if batch:
+                await consumer.commit()
+        return count / (time.perf_counter() - started)
+    finally:
+        await consumer.stop()
+
+
+async def trigger_loop(bootstrap: str, topic: str, count: int) -> float:
+    """Events per second through KafkaTrigger, each event acknowledged."""
+    trigger = KafkaTrigger(
+        bootstrap_servers=bootstrap, topics=[topic], group_id=f"{topic}-trigger", **GROUP_OPTIONS
+    )
+    seen, started = 0, 0.0
+    events = trigger.run()
+    try:
+        async for event in events:
+            if not started:
+                started = time.perf_counter()
+            assert event.ack is not None  # every KafkaTrigger event has one
+            await event.ack()
+            seen += 1
+            if seen == count:
+                break
+        return count / (time.perf_counter() - started)
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+
+
+async def bench_throughput(bootstrap: str, messages: int) -> dict[str, Any]:
+    topic = f"bench-{time.time_ns()}"
+    await create_topics(bootstrap, [topic], PARTITIONS)
+    await produce(bootstrap, topic, messages)
+    raw = await raw_loop(bootstrap, topic, messages)
+    trigger = await trigger_loop(bootstrap, topic, messages)
+    return {
+        "messages": messages,
+        "message_bytes": MESSAGE_BYTES,
+        "partitions": PARTITIONS,
+        "raw_events_per_s": round(raw),
+        "trigger_events_per_s": round(trigger),
+        "ratio": round(trigger / raw, 3),
+    }
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def bench_idle(bootstrap: str, count: int, seconds: float) -> dict[str, Any]:
+    topics = [f"idle-{time.time_ns()}-{i}" for i in range(count)]
+    await create_topics(bootstrap, topics, 1)
+    rss_before = rss_mb()
+    triggers = [KafkaTrigger(bootstrap_servers=bootstrap, topics=[topic]) for topic in topics]
+
+    async def drain(trigger: KafkaTrigger) -> None:
+        async for _ in trigger.run():
+            raise AssertionError("an idle topic yielded an event")
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            for trigger in triggers:
+                tasks.start_soon(drain, trigger)
+            with anyio.fail_after(60):
+                while not all(trigger.assignment for trigger in triggers):  # noqa: ASYNC110
+                    await asyncio.sleep(0.2)  # group joins have no notification: poll them
+            rss_started, wall, cpu = rss_mb(), time.perf_counter(), time.process_time()
+            await asyncio.sleep(seconds)  # the measured idle period itself
+            cpu_percent = 100 * (time.process_time() - cpu) / (time.perf_counter() - wall)
+            rss_idle = rss_mb()
+            tasks.cancel_scope.cancel()
+    finally:
+        for trigger in triggers:
+            await trigger.cleanup()
+    return {
+        "triggers": count,
+        "idle_seconds": seconds,
+        "rss_mb_before": round(rss_before, 1),
+        "rss_mb_started": round(rss_started, 1),
+        "rss_mb_after_idle": round(rss_idle, 1),
+        "rss_kb_per_trigger": round((rss_idle - rss_before) * 1024 / count, 1),
+        "cpu_percent": round(cpu_percent, 2),
+    }
+
+
+async def run(messages: int, idle_triggers: int, idle_seconds: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as log_dir:
+        broker = tansu(Path(log_dir))
+        broker.start()
+        try:
+            throughput = await bench_throughput(broker.address, messages)
+            idle = await bench_idle(broker.address, idle_triggers, idle_seconds)
+        finally:
+            broker.stop()
+    return {"throughput": throughput, "idle": idle}
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = [
+        (f"{section}.{key}", value)
+        for section, values in results.items()
+        for key, value in values.items()
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="KafkaTrigger benchmark")
+    parser.add_argument("--out", type=Path, default=Path("bench_kafka.json"))
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--idle-triggers", type=int, default=100)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    results = asyncio.run(run(args.messages, args.idle_triggers, args.idle_seconds))
+    sys.stdout.write(table(results))
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
