@@ -7,7 +7,6 @@ import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -313,12 +312,10 @@ async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
         return run.log_path
 
     log_path = await _with_session(settings, work)
-    if log_path is None or not Path(log_path).is_file():
+    if log_path is None or not await anyio.Path(log_path).is_file():
         raise CliError(f"run {arguments.run_id!r} has no log yet")
-    sys.stdout.write(Path(log_path).read_text(errors="replace"))
+    sys.stdout.write(await anyio.Path(log_path).read_text(errors="replace"))
     return 0
-
-    return await _with_session(settings, work)
 
 
 async def _post_kafka(_: Settings, arguments: argparse.Namespace) -> int:

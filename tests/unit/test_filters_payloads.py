@@ -74,8 +74,9 @@ def test_filter_matches() -> None:
     [
         ({"path": "$.a", "colour": 1}, "must be a mapping with 'path'"),
         ({"equals": 1}, "must be a mapping with 'path'"),
-        ({"path": "$.a", "equals": 1, "one_of": [1]}, "give either 'equals' or 'one_of'"),
-        ({"path": "a.b"}, "JSON path 'a.b' must start with '\\$'"),
+        ({"path": "$.a", "equals": 1, "one_of": [1]}, "either 'equals' .* or 'one_of'"),
+        ({"path": "$.a", "one_of": "ab"}, "'one_of' \\(a list of values\\)"),
+        ({"path": "a.b", "equals": 1}, "JSON path 'a.b' must start with '\\$'"),
     ],
 )
 def test_filter_errors(option: dict[str, Any], message: str) -> None:

@@ -176,7 +176,7 @@ def test_sqs_trigger_round_trips_every_option() -> None:
         batch=True,
         visibility_timeout_s=60,
         transform="json.loads",
-        filter={"path": "$.body.kind", "one_of": ("a", "b")},
+        filter={"path": "$.body.kind", "one_of": ["a", "b"]},
         partition_key_path="$.body.day",
         dead_letter_queue="orders-dlq",
         max_receives=3,
