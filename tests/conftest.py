@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.database", "tests.fixtures.brokers"]
+pytest_plugins = ["tests.fixtures.database", "tests.fixtures.brokers", "tests.fixtures.spark"]

@@ -118,9 +118,7 @@ async def _db_upgrade(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
-async def _with_session(
-    settings: Settings, work: Callable[[AsyncSession], Awaitable[_T]]
-) -> _T:
+async def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[_T]]) -> _T:
     engine = create_engine(settings.database.url)
     try:
         async with session_factory(engine).begin() as session:

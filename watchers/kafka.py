@@ -14,7 +14,12 @@ import anyio
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import (
+    CommitFailedError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+)
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import OffsetAndMetadata
 
@@ -102,6 +107,7 @@ class KafkaTrigger(BaseEventTrigger):
     def __post_init__(self) -> None:
         if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
             raise ValueError(f"KafkaTrigger topics={self.topics!r} must be a non-empty list")
+        self.topics = list(self.topics)  # a tuple would not survive a JSON round trip as itself
         if not self.bootstrap_servers:
             raise ValueError("KafkaTrigger bootstrap_servers must be 'host:port[,host:port]'")
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
@@ -150,72 +156,85 @@ class KafkaTrigger(BaseEventTrigger):
         consumer = await self._connect()
         self._commit_task = asyncio.create_task(self._commit_loop(), name="kafka-commit")
         while True:
+            if self._commit_task.done():
+                self._commit_task.result()  # raises the error that stopped committing
             await self._room.wait()
             batch = await self._poll(consumer, max_records=self.max_in_flight - self._in_flight)
             for tp, records in batch.items():
                 partition = self._partitions.get(tp)
                 for record in records:
+                    # Revoked meanwhile: its next owner, maybe this one again, reads from the
+                    # committed offset. (aiokafka calls the assign listener before it can fetch.)
                     if partition is None or partition.revoked:
-                        break  # revoked meanwhile: its next owner reads from the committed offset
-                    event = await self._handle(partition, record, apply, payload_filter)
-                    if event is not None:
-                        yield event
+                        break
+                    self.messages += 1
+                    partition.fetched(record.offset)
+                    ack = _Ack(self, partition, record.offset)
+                    try:
+                        event = self._process(record, ack, apply, payload_filter)
+                    # Processing runs user code (apply_function) that may raise anything: the
+                    # message goes to the dead-letter topic and the watcher carries on.
+                    except Exception as error:  # noqa: BLE001
+                        await self._dead_letter(record, error)
+                        partition.done(record.offset)
+                        continue
+                    if event is None:
+                        self.filtered += 1
+                        partition.done(record.offset)
+                        continue
+                    self.events += 1
+                    partition.unacked += 1
+                    self._in_flight += 1
+                    if self._in_flight >= self.max_in_flight:
+                        self._room.clear()
+                    yield event
 
     async def cleanup(self) -> None:
         """Commit what is acknowledged, then stop the consumer and producer; idempotent."""
-        if self._commit_task is not None:
-            self._commit_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._commit_task
-            self._commit_task = None
+        commit_task, self._commit_task = self._commit_task, None
+        if commit_task is not None:
+            commit_task.cancel()
+            # An error that stopped the commit task was raised by run() already.
+            with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                await commit_task
         consumer, producer = self._consumer, self._producer
         self._consumer = self._producer = None
-        with anyio.move_on_after(_CLOSE_TIMEOUT_S, shield=True) as scope:
+        if consumer is not None:
+            with anyio.move_on_after(_CLOSE_TIMEOUT_S, shield=True) as scope:
+                try:
+                    await self._commit(consumer, list(self._partitions.values()))
+                except KafkaError as error:
+                    # Acknowledged messages after the last commit will be delivered again.
+                    log.warning(
+                        "kafka_final_commit_failed", group_id=self.group_id, error=str(error)
+                    )
+            if scope.cancelled_caught:
+                log.warning("kafka_final_commit_timed_out", group_id=self.group_id)
+        self._forget(list(self._partitions.values()))
+        with anyio.CancelScope(shield=True):
             if consumer is not None:
-                await self._commit(consumer, list(self._partitions.values()))
                 await consumer.stop()
             if producer is not None:
                 await producer.stop()
-        if scope.cancelled_caught:
-            log.warning("kafka_close_timed_out", group_id=self.group_id, topics=self.topics)
-        self._forget(list(self._partitions.values()))
 
     # -- handling one message
 
-    async def _handle(
+    def _process(
         self,
-        partition: _Partition,
         record: ConsumerRecord[bytes, bytes],
+        ack: _Ack,
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
     ) -> TriggerEvent | None:
-        self.messages += 1
-        partition.fetched(record.offset)
-        ack = _Ack(self, partition, record.offset)
+        """The event of ``record``, ``None`` when filtered; the last error after max_attempts."""
         attempt = 1
         while True:
             try:
-                event = self._event(record, ack, apply, payload_filter)
-            # Processing runs user code (apply_function) that may raise anything: after
-            # max_attempts the message goes to the dead-letter topic; the watcher carries on.
-            except Exception as error:  # noqa: BLE001
-                if attempt < self.max_attempts:
-                    attempt += 1
-                    continue
-                await self._dead_letter(record, error)
-                partition.done(record.offset)
-                return None
-            break
-        if event is None:
-            self.filtered += 1
-            partition.done(record.offset)
-            return None
-        self.events += 1
-        partition.unacked += 1
-        self._in_flight += 1
-        if self._in_flight >= self.max_in_flight:
-            self._room.clear()
-        return event
+                return self._event(record, ack, apply, payload_filter)
+            except Exception:
+                if attempt >= self.max_attempts:
+                    raise
+                attempt += 1
 
     def _event(
         self,
@@ -231,7 +250,7 @@ class KafkaTrigger(BaseEventTrigger):
             "key": decode_body(record.key),
             "value": decode_body(record.value),
             "timestamp": record.timestamp,
-            "headers": {key: decode_body(value) for key, value in record.headers},
+            "headers": {k: decode_body(v) for k, v in record.headers} if record.headers else {},
         }
         if payload_filter is not None and not payload_filter.matches(payload):
             return None
@@ -309,6 +328,9 @@ class KafkaTrigger(BaseEventTrigger):
                 return
             try:
                 await self._commit(consumer, list(self._partitions.values()))
+            except (CommitFailedError, IllegalStateError) as error:
+                # The group is rebalancing: the revoke listener commits what is acknowledged.
+                log.info("kafka_commit_skipped", group_id=self.group_id, error=str(error))
             except KafkaError as error:
                 _raise_unless_transient(error)
                 log.warning("kafka_commit_failed", group_id=self.group_id, error=str(error))

@@ -140,11 +140,20 @@ def message_payload(message: dict[str, Any]) -> dict[str, Any]:
 
 
 class SqsTrigger(BaseEventTrigger):
-    """Yield one event per SQS message (or per receive batch with ``batch=True``).
+    """Yield one event per SQS message, or per receive with ``batch=True``.
 
-    ``queue`` is a queue URL, a queue name or ``sqs://name?region=..&endpoint_url=..``.
-    An event's ack deletes its messages; until then their visibility is extended. Credentials
-    come from the named ``connection`` or the environment.
+    ``queue`` is a queue URL, a queue name or ``sqs://name?region=..&endpoint_url=..``. The
+    payload is ``{"message_id", "body", "attributes", "message_attributes"}`` (a batch:
+    ``{"message_batch": [...]}``) and the dedup key ``<queue name>/<MessageId>``. ``receivers``
+    long polls (``wait_time_s``, ``max_messages``) run at once. ``filter`` is checked on the
+    payload, then ``transform`` (dotted path) may replace it; a message either drops is deleted
+    and counted. ``partition_key_path`` picks the partition key from the final payload.
+
+    An event's ack deletes its messages (batched); until then their visibility is extended by
+    ``visibility_timeout_s`` (default: the queue's). A message whose processing raises is left
+    for redelivery; on its ``max_receives``-th receive it goes to ``dead_letter_queue`` (default:
+    the queue's RedrivePolicy target) with the reason in a message attribute, then is deleted.
+    Credentials come from the named ``connection`` or the environment.
     """
 
     shareable = True

@@ -76,6 +76,8 @@ class Service:
 
     def start(self, *, timeout_s: float = 30.0) -> None:
         """Start the process and wait until ``probe`` succeeds, or raise with the log tail."""
+        if self._process is not None:
+            raise ServiceError(f"{self.name} on {self.address} is running already")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log_file:
             self._process = subprocess.Popen(  # noqa: S603 - argv is built here, not user input
@@ -189,6 +191,33 @@ def tansu(
         ]
 
     return Service("tansu", argv, probe_kafka, log_dir=log_dir, env=env, port=port)
+
+
+def spark_connect(log_dir: Path, *, port: int | None = None, master: str = "local[2]") -> Service:
+    """A Spark Connect server (``sc://127.0.0.1:port``) on a local Spark: one warm JVM."""
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+
+    def argv(p: int) -> list[str]:
+        return [
+            str(submit),
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--master",
+            master,
+            "--conf",
+            f"spark.connect.grpc.binding.port={p}",
+            "--conf",
+            "spark.ui.enabled=false",
+        ]
+
+    return Service("spark-connect", argv, probe_tcp, log_dir=log_dir, port=port)
+
+
+def probe_tcp(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
 
 
 def create_bucket(endpoint: str, bucket: str) -> None:

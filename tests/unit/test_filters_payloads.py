@@ -35,11 +35,11 @@ def test_import_callable() -> None:
     assert import_callable("json.dumps", option="transform")([1]) == "[1]"
     with pytest.raises(ValueError, match="transform='dumps' must be a dotted path"):
         import_callable("dumps", option="transform")
-    with pytest.raises(ImportError, match="apply_function='no_such_module.f' cannot be imported"):
+    with pytest.raises(ImportError, match=r"apply_function='no_such_module\.f' cannot be imported"):
         import_callable("no_such_module.f", option="apply_function")
-    with pytest.raises(ImportError, match="'json.nope' cannot be imported"):
+    with pytest.raises(ImportError, match=r"'json\.nope' cannot be imported"):
         import_callable("json.nope", option="transform")
-    with pytest.raises(TypeError, match="transform='json.decoder.NaN' is not callable"):
+    with pytest.raises(TypeError, match=r"transform='json\.decoder\.NaN' is not callable"):
         import_callable("json.decoder.NaN", option="transform")
 
 

@@ -130,9 +130,9 @@ class Launcher:
         returncode = await self._run_child(spec_path, result_path, log_path, run.run_id)
         result = json.loads(result_path.read_text()) if returncode == 0 else None
         with anyio.CancelScope(shield=True):
-            state = await self._finish(run_pk, result, str(log_path), returncode)
+            state, queued = await self._finish(run_pk, result, str(log_path), returncode)
         log.info("run_finished", pipeline_id=run.pipeline_id, state=state, returncode=returncode)
-        self._on_run_finished({run.pipeline_id})
+        self._on_run_finished({run.pipeline_id, *queued})
 
     async def _run_child(
         self, spec_path: Path, result_path: Path, log_path: Path, run_id: str
@@ -199,7 +199,9 @@ class Launcher:
 
     async def _finish(
         self, run_pk: int, result: dict[str, Any] | None, log_path: str, returncode: int | None
-    ) -> str:
+    ) -> tuple[str, set[str]]:
+        """Record how a try ended; the new state and the pipelines its outlet events queued."""
+        queued: set[str] = set()
         async with self._sessions.begin() as session:
             run = await session.get_one(models.Run, run_pk, with_for_update=True)
             run.log_path = log_path
@@ -208,7 +210,7 @@ class Launcher:
                 run.state, run.try_number = RunState.QUEUED, run.try_number - 1
             elif result is not None:
                 run.state = RunState.SUCCESS
-                await _record_outlets(session, run, result)
+                queued = await _record_outlets(session, run, result)
             elif run.try_number < run.max_tries:
                 pipeline = self._registry().pipelines.get(run.pipeline_id)
                 delay_s = pipeline.retry_delay_s if pipeline is not None else 10.0
@@ -219,10 +221,12 @@ class Launcher:
                 run.error = f"exit code {returncode}, see {log_path}"
             else:
                 run.state, run.error = RunState.FAILED, f"exit code {returncode}, see {log_path}"
-            return run.state
+            return run.state, queued
 
 
-async def _record_outlets(session: AsyncSession, run: models.Run, result: dict[str, Any]) -> None:
+async def _record_outlets(
+    session: AsyncSession, run: models.Run, result: dict[str, Any]
+) -> set[str]:
     events: dict[tuple[int, str], NewEvent] = {}
     through: dict[tuple[int, str], set[int]] = {}
     for outlet in result["assets"]:
@@ -247,6 +251,7 @@ async def _record_outlets(session: AsyncSession, run: models.Run, result: dict[s
                 models.AssetEventAlias(event_id=event_id, alias_id=alias_id)
                 for alias_id in alias_ids
             )
+    return recorded.queued_pipelines
 
 
 def _outlet_event(asset_id: int, extra: dict[str, Any], run: models.Run) -> NewEvent:

@@ -115,9 +115,16 @@ class Service:
 
 
 async def serve(
-    settings: Settings, *, shutdown_trigger: Callable[[], Awaitable[object]] | None = None
+    settings: Settings,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the daemon until ``shutdown_trigger`` returns (default: SIGTERM or SIGINT)."""
+    """Run the daemon until ``shutdown_trigger`` returns (default: SIGTERM or SIGINT).
+
+    ``task_status.started()`` is called once the database is migrated, the pipelines are
+    loaded and every part is running.
+    """
     await upgrade(settings.database.url)
     engine = create_engine(settings.database.url)
     service = Service(settings, session_factory(engine))
@@ -137,6 +144,7 @@ async def serve(
                         _every, settings.daemon.heartbeat_interval_s, service.heartbeat
                     )
                     background.start_soon(_watch_folder, service, task_group)
+                    task_status.started()
                     await (shutdown_trigger or _signalled)()
                     log.info("shutdown_started")
                     background.cancel_scope.cancel()

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import pytest
 from aiobotocore.session import get_session
 from structlog.testing import capture_logs
 
-from tests.fixtures.brokers import MakeQueue
 from triggerer.triggers import TriggerEvent, load_trigger
 from watchers import SqsTrigger
+from watchers.producers import send_sqs
 from watchers.sqs import DEAD_LETTER_REASON_ATTRIBUTE, DEAD_LETTER_SOURCE_ATTRIBUTE, _SqsSession
+
+if TYPE_CHECKING:
+    from tests.fixtures.brokers import MakeQueue
 
 
 def drop_marked(payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -41,7 +44,8 @@ async def sqs(moto_server: str) -> AsyncIterator[Any]:
 
 @contextlib.asynccontextmanager
 async def running(trigger: SqsTrigger) -> AsyncIterator[AsyncIterator[TriggerEvent]]:
-    events = trigger.run()
+    # run() is an async generator; aclose() ends it before cleanup()
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
     try:
         yield events
     finally:
@@ -52,11 +56,19 @@ async def running(trigger: SqsTrigger) -> AsyncIterator[AsyncIterator[TriggerEve
 async def take(
     events: AsyncIterator[TriggerEvent], count: int, timeout_s: float = 10
 ) -> list[TriggerEvent]:
-    taken = []
+    taken: list[TriggerEvent] = []
     with anyio.fail_after(timeout_s):
         while len(taken) < count:
             taken.append(await anext(events))
     return taken
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    """Wait, with a deadline, for a condition that the watcher's own tasks make true."""
+    with anyio.fail_after(timeout_s):
+        # The condition is a counter the trigger keeps: it has no event to wait on.
+        while not condition():  # noqa: ASYNC110
+            await anyio.sleep(0.01)
 
 
 async def send(sqs: Any, queue_url: str, *bodies: str, **extra: Any) -> list[str]:
@@ -151,15 +163,7 @@ async def test_visibility_is_extended_while_the_ack_is_pending(sqs: Any, sqs_que
 async def test_acks_are_deleted_in_batches(
     sqs: Any, sqs_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await sqs.send_message_batch(
-        QueueUrl=sqs_queue,
-        Entries=[{"Id": str(n), "MessageBody": str(n)} for n in range(10)],
-    )
-    await sqs.send_message_batch(
-        QueueUrl=sqs_queue,
-        Entries=[{"Id": str(n), "MessageBody": str(n)} for n in range(10, 25)][:10],
-    )
-    await send(sqs, sqs_queue, *(str(n) for n in range(20, 25)))
+    await send_sqs(sqs_queue, range(25))
     calls: list[int] = []
     real_call = _SqsSession._call
 
@@ -235,6 +239,8 @@ async def test_poison_message_goes_to_the_dead_letter_queue_with_the_reason(
         response = await sqs.receive_message(
             QueueUrl=dead_letters, WaitTimeSeconds=10, MessageAttributeNames=["All"]
         )
+        # Sent to the dead-letter queue first, then deleted from the queue.
+        await until(lambda: trigger.dead_lettered == 1)
     [dead] = response["Messages"]
     assert dead["Body"] == "poison"
     attributes = dead["MessageAttributes"]
@@ -261,6 +267,7 @@ async def test_redrive_policy_is_the_default_dead_letter_queue(
         response = await sqs.receive_message(
             QueueUrl=dead_letters, WaitTimeSeconds=10, MessageAttributeNames=["All"]
         )
+        await until(lambda: trigger.dead_lettered == 1)
         group.cancel_scope.cancel()
     [dead] = response["Messages"]
     assert dead["MessageAttributes"][DEAD_LETTER_REASON_ATTRIBUTE]["StringValue"] == (

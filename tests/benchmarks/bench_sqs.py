@@ -1,0 +1,135 @@
+"""SqsTrigger throughput against a raw receive + delete-batch loop, on the same moto server.
+
+    python tests/benchmarks/bench_sqs.py --out bench-sqs.json [--messages 2000]
+
+moto answers in ~20-80 ms a call, so the absolute numbers say little: the ratio to the raw loop
+is the figure to watch (goal: at least 0.8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any, cast
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+
+from aiobotocore.session import get_session  # noqa: E402
+
+from deploy.local.services import DUMMY_AWS_ENV, moto  # noqa: E402
+from triggerer.triggers import TriggerEvent  # noqa: E402
+from watchers.producers import send_sqs  # noqa: E402
+from watchers.sqs import SqsTrigger  # noqa: E402
+
+
+async def fill(client: Any, name: str, messages: int) -> str:
+    url: str = (await client.create_queue(QueueName=name))["QueueUrl"]
+    await send_sqs(url, ({"n": n, "pad": "x" * 200} for n in range(messages)))
+    return url
+
+
+async def raw_loop(client: Any, url: str, messages: int) -> float:
+    """Receive ten, delete those ten with one DeleteMessageBatch, repeat."""
+    started = time.perf_counter()
+    done = 0
+    while done < messages:
+        response = await client.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1
+        )
+        batch = response.get("Messages", [])
+        if batch:
+            await client.delete_message_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)
+                ],
+            )
+        done += len(batch)
+    return time.perf_counter() - started
+
+
+async def trigger_loop(url: str, messages: int, receivers: int) -> float:
+    """Every event acked as it comes, as the daemon does after its commit; cleanup flushes."""
+    trigger = SqsTrigger(url, wait_time_s=1, receivers=receivers)
+    started = time.perf_counter()
+    # run() is an async generator; aclose() ends it before cleanup()
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    done = 0
+    try:
+        async for event in events:
+            assert event.ack is not None
+            await event.ack()
+            done += 1
+            if done == messages:
+                break
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+    return time.perf_counter() - started
+
+
+async def left_in(client: Any, url: str) -> int:
+    response = await client.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )
+    return sum(int(value) for value in response["Attributes"].values())
+
+
+async def bench(endpoint: str, messages: int) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    async with get_session().create_client("sqs", endpoint_url=endpoint) as client:
+        runs: list[tuple[str, int]] = [("raw", 1), ("trigger", 1), ("trigger", 4)]
+        for number, (kind, receivers) in enumerate(runs):
+            url = await fill(client, f"bench-{number}", messages)
+            if kind == "raw":
+                seconds = await raw_loop(client, url, messages)
+            else:
+                seconds = await trigger_loop(url, messages, receivers)
+            results.append(
+                {
+                    "name": f"{kind} receivers={receivers}",
+                    "messages": messages,
+                    "seconds": round(seconds, 3),
+                    "messages_per_s": round(messages / seconds, 1),
+                    "left_in_queue": await left_in(client, url),
+                }
+            )
+    raw_rate = results[0]["messages_per_s"]
+    for result in results:
+        result["ratio_to_raw"] = round(result["messages_per_s"] / raw_rate, 2)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
+    parser.add_argument("--messages", type=int, default=2000)
+    args = parser.parse_args()
+    os.environ.update(DUMMY_AWS_ENV)
+    with tempfile.TemporaryDirectory() as log_dir:
+        server = moto(Path(log_dir))
+        server.start()
+        try:
+            results = asyncio.run(bench(f"http://{server.address}", args.messages))
+        finally:
+            server.stop()
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    sys.stdout.write(f"{'run':<20} {'seconds':>8} {'msg/s':>8} {'ratio':>6} {'left':>5}\n")
+    for r in results:
+        sys.stdout.write(
+            f"{r['name']:<20} {r['seconds']:>8} {r['messages_per_s']:>8} "
+            f"{r['ratio_to_raw']:>6} {r['left_in_queue']:>5}\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
