@@ -53,7 +53,6 @@ class SparkSettings(_Section):
     master: str = "local[*]"
     remote: str | None = None
     conf: dict[str, str] = {}
-    run_timeout_s: float | None = Field(default=None, gt=0)
     logs_dir: Path = HOME / "logs"
 
 
