@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     assets = verbs.add_parser("assets", help="assets").add_subparsers(metavar="VERB")
     verb(assets, "list", _assets_list, "list assets", listing=True)
 
+    watchers = verbs.add_parser("watchers", help="watchers").add_subparsers(metavar="VERB")
+    verb(watchers, "list", _watchers_list, "state, last poll and errors", listing=True)
+
     events = verbs.add_parser("events", help="asset events").add_subparsers(metavar="VERB")
     verb(events, "list", _events_list, "list recent events", listing=True).add_argument("--uri")
     emit = verb(events, "emit", _emit, "create an event on an asset")
@@ -208,6 +211,37 @@ async def _assets_list(settings: Settings, arguments: argparse.Namespace) -> int
     return await _with_session(settings, work)
 
 
+async def _watchers_list(settings: Settings, arguments: argparse.Namespace) -> int:
+    async def work(session: AsyncSession) -> int:
+        rows = await session.execute(
+            select(models.AssetWatcher.name, models.Asset.uri, models.Trigger)
+            .join(models.Asset, models.Asset.id == models.AssetWatcher.asset_id)
+            .join(models.Trigger, models.Trigger.id == models.AssetWatcher.trigger_id)
+            .order_by(models.AssetWatcher.name)
+            .limit(arguments.limit)
+        )
+        _table(
+            [
+                {
+                    "watcher": name,
+                    "asset": uri,
+                    "trigger": trigger.classpath.rpartition(".")[2],
+                    "state": trigger.state,
+                    "last_poll_at": trigger.last_poll_at.isoformat()
+                    if trigger.last_poll_at
+                    else None,
+                    "restarts": trigger.restart_count,
+                    "last_error": trigger.last_error,
+                }
+                for name, uri, trigger in rows.all()
+            ],
+            arguments.json,
+        )
+        return 0
+
+    return await _with_session(settings, work)
+
+
 async def _events_list(settings: Settings, arguments: argparse.Namespace) -> int:
     async def work(session: AsyncSession) -> int:
         query = (
@@ -299,7 +333,7 @@ async def _consumed(session: AsyncSession, run_pks: list[int]) -> dict[int, int]
         .where(models.RunEvent.run_pk.in_(run_pks))
         .group_by(models.RunEvent.run_pk)
     )
-    return dict(rows.tuples().all())
+    return {run_pk: count for run_pk, count in rows.all()}  # noqa: C416 - rows are Row objects
 
 
 async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
