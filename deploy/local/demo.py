@@ -46,7 +46,10 @@ def main() -> int:
         os.environ.update(env)
         asyncio.run(_create_queue_and_topic(endpoint, kafka.address))
         daemon_log = (STATE / "daemon.log").open("ab")
-        daemon = subprocess.Popen([str(TRIGGERER), "run"], cwd=ROOT, env=env, stderr=daemon_log)  # noqa: S603
+        # Its own session: Ctrl-C reaches only this script, which then stops the daemon once.
+        daemon = subprocess.Popen(  # noqa: S603 - our own command
+            [str(TRIGGERER), "run"], cwd=ROOT, env=env, stderr=daemon_log, start_new_session=True
+        )
         print(f"triggerer is running (log: {STATE / 'daemon.log'}); posting messages...")  # noqa: T201
         time.sleep(5)  # let the watchers join their consumer group before the first message
         asyncio.run(_post(endpoint, kafka.address))
