@@ -6,6 +6,7 @@ emits nothing and is retried with backoff while it has tries left.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ from triggerer.store.types import utcnow
 
 if TYPE_CHECKING:
     from triggerer.config import Settings
+    from triggerer.pipelines import Pipeline
 
 log = structlog.get_logger(__name__)
 
@@ -119,19 +121,23 @@ class Launcher:
     async def _execute(self, run_pk: int) -> None:
         async with self._sessions() as session:
             run = await session.get_one(models.Run, run_pk)
-            spec = await self._spec(session, run)
+            pipeline = self._registry().pipelines.get(run.pipeline_id)
+            spec = await self._spec(session, run, pipeline) if pipeline is not None else None
         structlog.contextvars.bind_contextvars(run_id=run.run_id)
         folder = Path(self._settings.spark.logs_dir) / run.pipeline_id / run.run_id
-        folder.mkdir(parents=True, exist_ok=True)
         log_path = folder / f"try-{run.try_number}.log"
         spec_path, result_path = folder / "spec.json", folder / f"result-{run.try_number}.json"
-        spec_path.write_text(json.dumps(spec))
         log.info("run_started", pipeline_id=run.pipeline_id, try_number=run.try_number)
-        returncode = await self._run_child(spec_path, result_path, log_path, run.run_id)
-        result = json.loads(result_path.read_text()) if returncode == 0 else None
+        if spec is None:
+            ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
+        else:
+            await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+            await anyio.Path(spec_path).write_text(json.dumps(spec))
+            returncode = await self._run_child(spec_path, result_path, log_path, run.run_id)
+            ended = await _ended(returncode, result_path, log_path)
         with anyio.CancelScope(shield=True):
-            state, queued = await self._finish(run_pk, result, str(log_path), returncode)
-        log.info("run_finished", pipeline_id=run.pipeline_id, state=state, returncode=returncode)
+            state, queued = await self._finish(run_pk, ended, str(log_path))
+        log.info("run_finished", pipeline_id=run.pipeline_id, state=state, error=ended.error)
         self._on_run_finished({run.pipeline_id, *queued})
 
     async def _run_child(
@@ -158,8 +164,9 @@ class Launcher:
                 if not self.running:
                     self._idle.set()
 
-    async def _spec(self, session: AsyncSession, run: models.Run) -> dict[str, Any]:
-        pipeline = self._registry().pipelines[run.pipeline_id]
+    async def _spec(
+        self, session: AsyncSession, run: models.Run, pipeline: Pipeline
+    ) -> dict[str, Any]:
         rows = await session.execute(
             select(models.AssetEvent, models.Asset)
             .join(models.RunEvent, models.RunEvent.event_id == models.AssetEvent.id)
@@ -197,31 +204,46 @@ class Launcher:
             },
         }
 
-    async def _finish(
-        self, run_pk: int, result: dict[str, Any] | None, log_path: str, returncode: int | None
-    ) -> tuple[str, set[str]]:
+    async def _finish(self, run_pk: int, ended: Ended, log_path: str) -> tuple[str, set[str]]:
         """Record how a try ended; the new state and the pipelines its outlet events queued."""
         queued: set[str] = set()
         async with self._sessions.begin() as session:
             run = await session.get_one(models.Run, run_pk, with_for_update=True)
             run.log_path = log_path
             run.end_date = utcnow()
-            if returncode is None:
+            if ended.interrupted:
                 run.state, run.try_number = RunState.QUEUED, run.try_number - 1
-            elif result is not None:
+            elif ended.result is not None:
                 run.state = RunState.SUCCESS
-                queued = await _record_outlets(session, run, result)
+                queued = await _record_outlets(session, run, ended.result)
             elif run.try_number < run.max_tries:
                 pipeline = self._registry().pipelines.get(run.pipeline_id)
                 delay_s = pipeline.retry_delay_s if pipeline is not None else 10.0
-                run.state, run.next_try_at = (
-                    RunState.UP_FOR_RETRY,
-                    retry_at(run.try_number, delay_s),
-                )
-                run.error = f"exit code {returncode}, see {log_path}"
+                run.state, run.error = RunState.UP_FOR_RETRY, ended.error
+                run.next_try_at = retry_at(run.try_number, delay_s)
             else:
-                run.state, run.error = RunState.FAILED, f"exit code {returncode}, see {log_path}"
+                run.state, run.error = RunState.FAILED, ended.error
             return run.state, queued
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """How a try ended: with a result (success), an error, or interrupted by shutdown."""
+
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    interrupted: bool = False
+
+
+async def _ended(returncode: int | None, result_path: Path, log_path: Path) -> Ended:
+    if returncode is None:
+        return Ended(interrupted=True)
+    if returncode != 0:
+        return Ended(error=f"exit code {returncode}, see {log_path}")
+    try:
+        return Ended(result=json.loads(await anyio.Path(result_path).read_text()))
+    except (OSError, ValueError) as error:
+        return Ended(error=f"the run reported no outlets ({error}), see {log_path}")
 
 
 async def _record_outlets(
