@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.daemon.ingest import Delivery, Ingest
 from triggerer.daemon.launcher import Launcher
+from triggerer.daemon.leases import Leases
 from triggerer.daemon.registry import Registry, sync_definitions
 from triggerer.daemon.scheduler import Scheduler
 from triggerer.daemon.supervisor import Supervisor
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 DELIVERY_BUFFER = 10_000
+LEASE_HEARTBEATS = 3
+"""A lease not renewed for this many heartbeats moves to another instance."""
 
 
 class Service:
@@ -54,7 +57,14 @@ class Service:
         self.launcher = Launcher(
             sessions, lambda: self.registry, settings, self.instance_id, self.scheduler.wake
         )
-        self.supervisor = Supervisor(send, settings.daemon.restart_backoff_max_s)
+        interval_s = settings.daemon.heartbeat_interval_s
+        self.leases = Leases(sessions, self.instance_id, ttl_s=LEASE_HEARTBEATS * interval_s)
+        self.supervisor = Supervisor(
+            send,
+            self.leases,
+            backoff_max_s=settings.daemon.restart_backoff_max_s,
+            lease_poll_s=interval_s,
+        )
         self.load_errors: list[str] = []
 
     def _run_created(self) -> None:
@@ -91,6 +101,8 @@ class Service:
             )
 
     async def heartbeat(self) -> None:
+        lost = await self.leases.renew()
+        self.supervisor.leases_lost({int(name.partition(":")[2]) for name in lost})
         async with self.sessions.begin() as session:
             await session.merge(
                 models.Instance(

@@ -15,10 +15,11 @@ from anyio.streams.memory import MemoryObjectSendStream
 from triggerer.daemon.backoff import backoff_s
 from triggerer.store.models import TriggerState
 from triggerer.store.types import utcnow
-from triggerer.triggers import load_trigger
+from triggerer.triggers import BaseEventTrigger, load_trigger
 
 if TYPE_CHECKING:
     from triggerer.daemon.ingest import Delivery
+    from triggerer.daemon.leases import Leases
     from triggerer.daemon.registry import WatchedTrigger
 
 log = structlog.get_logger(__name__)
@@ -40,10 +41,20 @@ class WatcherStatus:
 class Supervisor:
     """Runs every trigger of the registry and follows registry changes."""
 
-    def __init__(self, deliveries: MemoryObjectSendStream[Delivery], backoff_max_s: float) -> None:
+    def __init__(
+        self,
+        deliveries: MemoryObjectSendStream[Delivery],
+        leases: Leases,
+        *,
+        backoff_max_s: float,
+        lease_poll_s: float,
+    ) -> None:
         self._deliveries = deliveries
+        self._leases = leases
         self._backoff_max_s = backoff_max_s
+        self._lease_poll_s = lease_poll_s
         self._scopes: dict[int, anyio.CancelScope] = {}
+        self._attempts: dict[int, anyio.CancelScope] = {}
         self._keys: dict[int, str] = {}
         self.status: dict[int, WatcherStatus] = {}
 
@@ -61,6 +72,14 @@ class Supervisor:
                 self._keys[trigger_id] = repr(watched.asset_ids)
                 self.status[trigger_id] = WatcherStatus()
                 task_group.start_soon(self._supervise, watched, scope, self._deliveries.clone())
+
+    def leases_lost(self, trigger_ids: set[int]) -> None:
+        """Another instance took these triggers over: stop running them here."""
+        for trigger_id in trigger_ids:
+            attempt = self._attempts.get(trigger_id)
+            if attempt is not None:
+                log.warning("trigger_lease_lost", trigger_id=trigger_id)
+                attempt.cancel()
 
     def stop(self) -> None:
         """Stop every trigger; their streams close, so ingest drains and ends."""
@@ -80,31 +99,52 @@ class Supervisor:
         trigger = watched.trigger
         with deliveries, scope:
             while True:
-                started = anyio.current_time()
-                status.state = TriggerState.RUNNING
-                try:
-                    async for event in trigger.run():
-                        status.last_poll_at = utcnow()
-                        await deliveries.send((watched, event))
-                    raise RuntimeError("trigger run() returned; it must run until cancelled")
-                # The supervisor is the one place that catches everything: a failing trigger is
-                # user or broker trouble that must be restarted, never the daemon's end.
-                except Exception as error:  # noqa: BLE001
-                    status.restart_count += 1
-                    status.state = TriggerState.BACKOFF
-                    status.last_error = "".join(traceback.format_exception_only(error)).strip()
-                    attempt = (
-                        1
-                        if anyio.current_time() - started > HEALTHY_AFTER_S
-                        else status.restart_count
-                    )
-                    delay = backoff_s(attempt, self._backoff_max_s, base_s=1.0)
-                    log.warning(
-                        "trigger_failed", error=status.last_error, retry_in_s=round(delay, 2)
-                    )
-                finally:
-                    with anyio.move_on_after(CLEANUP_TIMEOUT_S, shield=True):
-                        await trigger.cleanup()
+                if not trigger.shareable:
+                    await self._lease(watched.trigger_id, status)
+                delay = await self._attempt(watched, trigger, status, deliveries)
                 await anyio.sleep(delay)
                 trigger = load_trigger(*trigger.serialize())
         status.state = TriggerState.STOPPED
+
+    async def _lease(self, trigger_id: int, status: WatcherStatus) -> None:
+        status.state = TriggerState.STARTING
+        # A lease frees up only by expiring in another process: polling is the honest wait.
+        while not await self._leases.claim(lease_name(trigger_id)):  # noqa: ASYNC110
+            await anyio.sleep(self._lease_poll_s)
+
+    async def _attempt(
+        self,
+        watched: WatchedTrigger,
+        trigger: BaseEventTrigger,
+        status: WatcherStatus,
+        deliveries: MemoryObjectSendStream[Delivery],
+    ) -> float:
+        """Run ``trigger`` once; the seconds to wait before the next attempt."""
+        started = anyio.current_time()
+        status.state = TriggerState.RUNNING
+        try:
+            with anyio.CancelScope() as attempt:
+                self._attempts[watched.trigger_id] = attempt
+                async for event in trigger.run():
+                    status.last_poll_at = utcnow()
+                    await deliveries.send((watched, event))
+                raise RuntimeError("trigger run() returned; it must run until cancelled")
+            return 0.0  # its lease was lost: wait for it again
+        # The supervisor is the one place that catches everything: a failing trigger is user
+        # or broker trouble that must be restarted, never the daemon's end.
+        except Exception as error:  # noqa: BLE001
+            status.restart_count += 1
+            status.state = TriggerState.BACKOFF
+            status.last_error = "".join(traceback.format_exception_only(error)).strip()
+            healthy = anyio.current_time() - started > HEALTHY_AFTER_S
+            delay = backoff_s(1 if healthy else status.restart_count, self._backoff_max_s, 1.0)
+            log.warning("trigger_failed", error=status.last_error, retry_in_s=round(delay, 2))
+            return delay
+        finally:
+            self._attempts.pop(watched.trigger_id, None)
+            with anyio.move_on_after(CLEANUP_TIMEOUT_S, shield=True):
+                await trigger.cleanup()
+
+
+def lease_name(trigger_id: int) -> str:
+    return f"trigger:{trigger_id}"
