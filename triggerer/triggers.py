@@ -74,12 +74,6 @@ class BaseEventTrigger(abc.ABC):
         return f"<{classpath} {json.dumps(kwargs, sort_keys=True)}>"
 
 
-def trigger_key(trigger: BaseEventTrigger) -> str:
-    """A stable text identity: triggers with equal keys are one instance in the daemon."""
-    classpath, kwargs = trigger.serialize()
-    return json.dumps([classpath, kwargs], sort_keys=True, separators=(",", ":"))
-
-
 def load_trigger(classpath: str, kwargs: dict[str, Any]) -> BaseEventTrigger:
     """Rebuild a trigger from its ``serialize()`` output."""
     module_name, _, class_name = classpath.rpartition(".")

@@ -1,4 +1,4 @@
-"""BaseEventTrigger, TriggerEvent, load_trigger and trigger_key."""
+"""BaseEventTrigger, TriggerEvent and load_trigger."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from triggerer import BaseEventTrigger, TriggerEvent, load_trigger
-from triggerer.triggers import trigger_key
 
 
 class PlainTrigger(BaseEventTrigger):
@@ -145,24 +144,6 @@ def test_trigger_event_ack_does_not_affect_equality() -> None:
 def test_trigger_event_options_are_keyword_only() -> None:
     with pytest.raises(TypeError):
         TriggerEvent(1, "dedup")  # type: ignore[misc]
-
-
-def test_trigger_key_is_stable_under_kwarg_order() -> None:
-    class Ordered(PlainTrigger):
-        def __init__(self, kwargs: dict[str, Any]) -> None:
-            self.kwargs = kwargs
-
-        def serialize(self) -> tuple[str, dict[str, Any]]:
-            return "pkg.Trigger", self.kwargs
-
-    forward = Ordered({"a": 1, "b": {"x": 1, "y": 2}})
-    backward = Ordered({"b": {"y": 2, "x": 1}, "a": 1})
-    assert trigger_key(forward) == trigger_key(backward)
-    assert trigger_key(forward) != trigger_key(Ordered({"a": 2, "b": {"x": 1, "y": 2}}))
-
-
-def test_trigger_key_differs_by_classpath() -> None:
-    assert trigger_key(PlainTrigger("q")) != trigger_key(DataclassTrigger("q"))
 
 
 def test_repr_shows_classpath_and_kwargs() -> None:
