@@ -11,7 +11,8 @@ from aiobotocore.session import get_session
 from aiokafka import AIOKafkaProducer
 from botocore.exceptions import ClientError
 
-from watchers.sqs import MAX_MESSAGES, is_missing_queue, parse_queue
+from watchers.sqs_address import parse_queue
+from watchers.sqs_session import MAX_MESSAGES, is_missing_queue
 
 Message = Any  # text is sent as it is; any other value as its JSON
 _MAX_SEND_ATTEMPTS = 3

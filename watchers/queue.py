@@ -9,7 +9,8 @@ from typing import Any
 
 from triggerer.triggers import BaseEventTrigger
 from watchers.kafka import KafkaTrigger
-from watchers.sqs import SqsTrigger, is_sqs_queue_url
+from watchers.sqs import SqsTrigger
+from watchers.sqs_address import is_sqs_queue_url
 
 PROVIDER_GROUP = "triggerer.queue_providers"
 DEFAULT_KAFKA_PORT = 9092

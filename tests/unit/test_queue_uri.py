@@ -11,7 +11,8 @@ import watchers
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, load_trigger
 from watchers import FileTrigger, KafkaTrigger, MessageQueueTrigger, SqsTrigger
 from watchers.queue import parse_kafka_uri
-from watchers.sqs import SqsQueue, message_payload, parse_queue
+from watchers.sqs import message_payload
+from watchers.sqs_address import SqsQueue, parse_queue
 
 AWS_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
 

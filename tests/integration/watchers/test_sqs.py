@@ -15,7 +15,11 @@ from structlog.testing import capture_logs
 from triggerer.triggers import TriggerEvent, load_trigger
 from watchers import SqsTrigger
 from watchers.producers import send_sqs
-from watchers.sqs import DEAD_LETTER_REASON_ATTRIBUTE, DEAD_LETTER_SOURCE_ATTRIBUTE, _SqsSession
+from watchers.sqs_session import (
+    DEAD_LETTER_REASON_ATTRIBUTE,
+    DEAD_LETTER_SOURCE_ATTRIBUTE,
+    _SqsSession,
+)
 
 if TYPE_CHECKING:
     from tests.fixtures.brokers import MakeQueue
@@ -334,7 +338,7 @@ async def test_named_connection_and_sqs_uri(
             "aws_secret_access_key": "testing",
         }
     }
-    monkeypatch.setattr("watchers.sqs.get_connection", connections.__getitem__)
+    monkeypatch.setattr("watchers.sqs_session.get_connection", connections.__getitem__)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     await send(sqs, sqs_queue, "hello")
     trigger = SqsTrigger(f"sqs://{queue_name(sqs_queue)}", wait_time_s=1, connection="aws")

@@ -1,0 +1,575 @@
+"""One run of an SQS watcher: long polls, batched deletes, visibility extension, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Coroutine, Iterator
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from triggerer.connections import get_connection
+from triggerer.triggers import TriggerEvent
+from watchers.sqs_address import parse_queue
+
+if TYPE_CHECKING:
+    from watchers.sqs import SqsTrigger
+
+log = structlog.get_logger(__name__)
+
+MAX_MESSAGES = 10
+DELETE_WINDOW_S = 0.005  # acks arriving within this window share one DeleteMessageBatch
+CLEANUP_TIMEOUT_S = 10.0
+DEAD_LETTER_REASON_ATTRIBUTE = "triggerer_dead_letter_reason"
+DEAD_LETTER_SOURCE_ATTRIBUTE = "triggerer_source_queue"
+_MAX_MESSAGE_ATTRIBUTES = 10
+_MAX_REASON_CHARS = 1_000
+_THROTTLING_CODES = frozenset(
+    {"Throttling", "ThrottlingException", "RequestThrottled", "ServiceUnavailable"}
+)
+_CREDENTIAL_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+
+
+@dataclasses.dataclass(eq=False)
+class _InFlight:
+    """A received message this process holds: extended until deleted or released."""
+
+    message_id: str
+    receipt_handle: str
+    visible_until: float  # time.monotonic() when SQS would make it visible again
+    acked: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failure:
+    error: BaseException
+
+
+class _SqsSession:
+    """One ``run()`` of a trigger: the client, the receive loops and the background tasks."""
+
+    def __init__(self, trigger: SqsTrigger) -> None:
+        self._trigger = trigger
+        self._options = trigger.serialize()[1]
+        self._name = trigger.location.name
+        self._log = log.bind(queue=self._name)
+        self._exit_stack = contextlib.AsyncExitStack()
+        self._client: Any = None
+        self._queue_url = ""
+        self._dead_letter_url: str | None = None
+        self._visibility_timeout_s = 30
+        self._max_receives: int = self._options["max_receives"]
+        self._in_flight: dict[str, _InFlight] = {}
+        self._in_flight_added = asyncio.Event()
+        self._pending_deletes: list[_InFlight] = []
+        self._deletes_ready = asyncio.Event()
+        self._deletes_full = asyncio.Event()
+        self._delete_concurrency = max(2, self._options["receivers"])
+        self._delete_slots = asyncio.Semaphore(self._delete_concurrency)
+        self._delete_tasks: set[asyncio.Task[None]] = set()
+        self._events: asyncio.Queue[TriggerEvent | _Failure] = asyncio.Queue()
+        buffer = self._options["receivers"] * (1 if self._options["batch"] else MAX_MESSAGES)
+        self._buffer_slots = asyncio.Semaphore(buffer)
+        self._receivers: list[asyncio.Task[None]] = []
+        self._background: list[asyncio.Task[None]] = []
+        self._opened = False
+        self._closed = False
+
+    async def open(self) -> None:
+        try:
+            await self._connect()
+        except BaseException:
+            self._closed = True
+            await self._exit_stack.aclose()
+            raise
+        self._opened = True
+        self._background = [
+            self._spawn(self._extend_loop(), "sqs-extend"),
+            self._spawn(self._delete_loop(), "sqs-delete"),
+        ]
+        self._receivers = [
+            self._spawn(self._receive_loop(), f"sqs-receive-{number}")
+            for number in range(self._options["receivers"])
+        ]
+        self._log.info(
+            "sqs_watcher_started",
+            queue_url=self._queue_url,
+            receivers=len(self._receivers),
+            visibility_timeout_s=self._visibility_timeout_s,
+            dead_letter_queue=self._dead_letter_url,
+            max_receives=self._max_receives,
+        )
+
+    async def _connect(self) -> None:
+        location = self._trigger.location
+        connection = self._options["connection"]
+        settings = {} if connection is None else get_connection(connection)
+        credentials = {key: settings[key] for key in _CREDENTIAL_KEYS if key in settings}
+        region = location.region_name or settings.get("region_name")
+        endpoint = location.endpoint_url or settings.get("endpoint_url")
+        config = AioConfig(
+            max_pool_connections=self._options["receivers"] + self._delete_concurrency + 2,
+            read_timeout=self._options["wait_time_s"] + 30,
+            retries={"mode": "standard"},
+        )
+        self._client = await self._exit_stack.enter_async_context(
+            get_session().create_client(
+                "sqs", region_name=region, endpoint_url=endpoint, config=config, **credentials
+            )
+        )
+        self._queue_url = location.url or await self._queue_url_of(location.name)
+        with self._missing_queue(self._queue_url):
+            response = await self._call(
+                "get_queue_attributes",
+                QueueUrl=self._queue_url,
+                AttributeNames=["VisibilityTimeout", "RedrivePolicy"],
+            )
+        attributes = response.get("Attributes", {})
+        # A queue may say 0 (visible at once); holding a message needs some time.
+        self._visibility_timeout_s = (
+            self._options["visibility_timeout_s"]
+            or int(attributes.get("VisibilityTimeout", 0))
+            or 30
+        )
+        await self._resolve_dead_letter_queue(attributes.get("RedrivePolicy"))
+
+    async def _queue_url_of(self, name: str, account: str | None = None) -> str:
+        arguments = {"QueueName": name}
+        if account is not None:
+            arguments["QueueOwnerAWSAccountId"] = account
+        with self._missing_queue(name):
+            response = await self._call("get_queue_url", **arguments)
+        url: str = response["QueueUrl"]
+        return url
+
+    @contextlib.contextmanager
+    def _missing_queue(self, queue: str) -> Iterator[None]:
+        """Turn the service's "no such queue" into a ``LookupError`` naming the queue."""
+        try:
+            yield
+        except ClientError as error:
+            if not is_missing_queue(error):
+                raise
+            raise LookupError(
+                f"SQS queue {queue!r} does not exist at {self._client.meta.endpoint_url} "
+                f"(region {self._client.meta.region_name}); create it or fix the queue name"
+            ) from error
+
+    async def _resolve_dead_letter_queue(self, redrive_policy: str | None) -> None:
+        """Use ``dead_letter_queue``, else the queue's redrive target (capping ``max_receives``)."""
+        if self._options["dead_letter_queue"] is not None:
+            target = parse_queue(self._options["dead_letter_queue"])
+            self._dead_letter_url = target.url or await self._queue_url_of(target.name)
+            return
+        if redrive_policy is None:
+            return
+        policy = json.loads(redrive_policy)
+        *_, account, name = policy["deadLetterTargetArn"].split(":")
+        self._dead_letter_url = await self._queue_url_of(name, account)
+        redrive_receives = int(policy["maxReceiveCount"])
+        if redrive_receives < self._max_receives:
+            # SQS would move the message first, without our reason attribute.
+            self._log.warning(
+                "sqs_max_receives_lowered",
+                max_receives=self._max_receives,
+                redrive_max_receive_count=redrive_receives,
+            )
+            self._max_receives = redrive_receives
+
+    async def next_event(self) -> TriggerEvent:
+        item = await self._events.get()
+        if isinstance(item, _Failure):
+            raise item.error
+        self._buffer_slots.release()
+        return item
+
+    def stop_receiving(self) -> None:
+        for task in self._receivers:
+            task.cancel()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.stop_receiving()
+        extend_loop, delete_loop = self._background
+        try:
+            async with asyncio.timeout(CLEANUP_TIMEOUT_S):
+                await _cancel_and_wait([*self._receivers, delete_loop])
+                await self._flush_deletes()
+                await _cancel_and_wait([extend_loop])
+                await self._release_unacked()
+        except TimeoutError:
+            self._log.warning(
+                "sqs_cleanup_timed_out",
+                pending_deletes=len(self._pending_deletes),
+                in_flight=len(self._in_flight),
+            )
+        finally:
+            await _cancel_and_wait([extend_loop, *self._delete_tasks])
+            await self._exit_stack.aclose()
+        trigger = self._trigger
+        self._log.info(
+            "sqs_watcher_stopped",
+            received=trigger.received,
+            events=trigger.events,
+            filtered=trigger.filtered,
+            failed=trigger.failed,
+            dead_lettered=trigger.dead_lettered,
+            deleted=trigger.deleted,
+        )
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.create_task(coroutine, name=name)
+        task.add_done_callback(self._on_task_done)
+        return task
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self._events.put_nowait(_Failure(error))
+
+    async def _call(self, operation: str, **arguments: Any) -> dict[str, Any]:
+        """Call the SQS API, retrying transient errors with jittered exponential backoff.
+
+        Until the session is open an error is raised at once (after botocore's own retries):
+        a watcher that cannot start fails, and the supervisor shows the error and restarts it.
+        """
+        attempt = 0
+        while True:
+            try:
+                response: dict[str, Any] = await getattr(self._client, operation)(**arguments)
+            except (ClientError, HTTPClientError, BotoConnectionError) as error:
+                if not (self._opened and _is_transient(error)):
+                    raise
+                attempt += 1
+                jitter = random.uniform(0.5, 1.0)  # noqa: S311 - spreads retries, not a secret
+                delay_s = min(10.0, 0.1 * 2**attempt) * jitter
+                self._log.warning(
+                    "sqs_call_failed",
+                    operation=operation,
+                    error=str(error),
+                    attempt=attempt,
+                    retry_in_s=round(delay_s, 2),
+                )
+                await asyncio.sleep(delay_s)
+            else:
+                return response
+
+    async def _receive_loop(self) -> None:
+        arguments: dict[str, Any] = {
+            "QueueUrl": self._queue_url,
+            "MaxNumberOfMessages": self._options["max_messages"],
+            "WaitTimeSeconds": self._options["wait_time_s"],
+            "MessageSystemAttributeNames": ["All"],
+            "MessageAttributeNames": ["All"],
+            "VisibilityTimeout": self._visibility_timeout_s,
+        }
+        while True:
+            sent_at = time.monotonic()
+            response = await self._call("receive_message", **arguments)
+            messages: list[dict[str, Any]] = response.get("Messages", [])
+            if not messages:
+                continue
+            self._trigger.received += len(messages)
+            held = [self._hold(message, sent_at) for message in messages]
+            for event in await self._events_of(messages, held):
+                self._trigger.events += 1
+                await self._buffer_slots.acquire()
+                self._events.put_nowait(event)
+
+    def _hold(self, message: dict[str, Any], sent_at: float) -> _InFlight:
+        entry = _InFlight(
+            message["MessageId"], message["ReceiptHandle"], sent_at + self._visibility_timeout_s
+        )
+        self._in_flight[entry.receipt_handle] = entry
+        self._in_flight_added.set()
+        return entry
+
+    async def _events_of(
+        self, messages: list[dict[str, Any]], held: list[_InFlight]
+    ) -> list[TriggerEvent]:
+        """Events for the messages that pass; filtered ones are deleted, failing ones handled."""
+        kept: list[tuple[Any, str | None, _InFlight]] = []
+        for message, entry in zip(messages, held, strict=True):
+            try:
+                prepared = self._trigger._prepare(message)
+            # A user's transform may raise anything: a bad message must not stop the watcher;
+            # it is retried, then dead-lettered with the reason.
+            except Exception as error:  # noqa: BLE001
+                await self._failed(message, entry, error)
+                continue
+            if prepared is None:
+                self._trigger.filtered += 1
+                self._delete_later(entry)
+                continue
+            payload, partition_key = prepared
+            kept.append((payload, partition_key, entry))
+        if not self._options["batch"]:
+            return [self._event(payload, key, [entry]) for payload, key, entry in kept]
+        groups: dict[str | None, list[tuple[Any, _InFlight]]] = {}
+        for payload, key, entry in kept:
+            groups.setdefault(key, []).append((payload, entry))
+        return [
+            self._event(
+                {"message_batch": [payload for payload, _ in items]},
+                key,
+                [entry for _, entry in items],
+            )
+            for key, items in groups.items()
+        ]
+
+    def _event(
+        self, payload: Any, partition_key: str | None, entries: list[_InFlight]
+    ) -> TriggerEvent:
+        ids = ",".join(entry.message_id for entry in entries)
+
+        async def ack() -> None:
+            self._ack(entries)
+
+        return TriggerEvent(
+            payload, dedup_key=f"{self._name}/{ids}", ack=ack, partition_key=partition_key
+        )
+
+    def _ack(self, entries: list[_InFlight]) -> None:
+        if self._closed:
+            # The messages were made visible again at cleanup: redelivered, then deduplicated.
+            self._log.warning("sqs_ack_after_cleanup", message_ids=[e.message_id for e in entries])
+            return
+        for entry in entries:
+            if not entry.acked:
+                self._delete_later(entry)
+
+    def _delete_later(self, entry: _InFlight) -> None:
+        entry.acked = True
+        self._pending_deletes.append(entry)
+        self._deletes_ready.set()
+        if len(self._pending_deletes) >= MAX_MESSAGES:
+            self._deletes_full.set()
+
+    async def _failed(self, message: dict[str, Any], entry: _InFlight, error: Exception) -> None:
+        """Leave a failing message for redelivery, or dead-letter it after ``max_receives``."""
+        self._trigger.failed += 1
+        self._in_flight.pop(entry.receipt_handle, None)
+        reason = f"{type(error).__name__}: {error}"[:_MAX_REASON_CHARS]
+        receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
+        if receives < self._max_receives:
+            self._log.warning(
+                "sqs_message_failed",
+                message_id=entry.message_id,
+                reason=reason,
+                receives=receives,
+                max_receives=self._max_receives,
+            )
+            return
+        if self._dead_letter_url is None:
+            self._log.error(
+                "sqs_message_not_dead_lettered",
+                message_id=entry.message_id,
+                reason=reason,
+                receives=receives,
+                why="no dead_letter_queue and no RedrivePolicy: it stays in the queue",
+            )
+            return
+        try:
+            await self._call("send_message", **self._dead_letter_message(message, reason))
+        except ClientError as send_error:
+            self._log.error(
+                "sqs_dead_letter_failed",
+                message_id=entry.message_id,
+                reason=reason,
+                error=str(send_error),
+                why="it stays in the queue and is retried on its next receive",
+            )
+            return
+        self._trigger.dead_lettered += 1
+        self._log.error(
+            "sqs_message_dead_lettered",
+            message_id=entry.message_id,
+            reason=reason,
+            receives=receives,
+            dead_letter_queue=self._dead_letter_url,
+        )
+        self._in_flight[entry.receipt_handle] = entry
+        self._delete_later(entry)
+
+    def _dead_letter_message(self, message: dict[str, Any], reason: str) -> dict[str, Any]:
+        ours = {
+            DEAD_LETTER_REASON_ATTRIBUTE: {"DataType": "String", "StringValue": reason},
+            DEAD_LETTER_SOURCE_ATTRIBUTE: {"DataType": "String", "StringValue": self._queue_url},
+        }
+        theirs = list(message.get("MessageAttributes", {}).items())
+        theirs = theirs[: _MAX_MESSAGE_ATTRIBUTES - len(ours)]
+        arguments: dict[str, Any] = {
+            "QueueUrl": self._dead_letter_url,
+            "MessageBody": message.get("Body", ""),
+            "MessageAttributes": {**dict(theirs), **ours},
+        }
+        if (self._dead_letter_url or "").endswith(".fifo"):
+            attributes = message.get("Attributes", {})
+            arguments["MessageGroupId"] = attributes.get("MessageGroupId", self._name)
+            arguments["MessageDeduplicationId"] = message["MessageId"]
+        return arguments
+
+    async def _delete_loop(self) -> None:
+        while True:
+            await self._deletes_ready.wait()
+            if len(self._pending_deletes) < MAX_MESSAGES:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(DELETE_WINDOW_S):
+                        await self._deletes_full.wait()
+            await self._delete_slots.acquire()
+            batch = self._take_deletes()
+            task = asyncio.create_task(self._delete_batch(batch), name="sqs-delete-batch")
+            self._delete_tasks.add(task)
+            task.add_done_callback(self._delete_batch_done)
+
+    def _take_deletes(self) -> list[_InFlight]:
+        batch = self._pending_deletes[:MAX_MESSAGES]
+        del self._pending_deletes[:MAX_MESSAGES]
+        if len(self._pending_deletes) < MAX_MESSAGES:
+            self._deletes_full.clear()
+        if not self._pending_deletes:
+            self._deletes_ready.clear()
+        return batch
+
+    def _delete_batch_done(self, task: asyncio.Task[None]) -> None:
+        self._delete_tasks.discard(task)
+        self._delete_slots.release()
+        self._on_task_done(task)
+
+    async def _delete_batch(self, batch: list[_InFlight], *, attempt: int = 0) -> None:
+        """Delete up to ten messages; entries that failed on the server side are retried."""
+        entries = [
+            {"Id": str(number), "ReceiptHandle": entry.receipt_handle}
+            for number, entry in enumerate(batch)
+        ]
+        response = await self._call(
+            "delete_message_batch", QueueUrl=self._queue_url, Entries=entries
+        )
+        retry = []
+        for failure in response.get("Failed", []):
+            entry = batch[int(failure["Id"])]
+            if failure.get("SenderFault"):
+                # The receipt handle expired: SQS redelivers the message and its dedup key
+                # keeps a second event out.
+                self._log.warning(
+                    "sqs_delete_rejected",
+                    message_id=entry.message_id,
+                    code=failure.get("Code"),
+                    error=failure.get("Message"),
+                )
+                self._in_flight.pop(entry.receipt_handle, None)
+            else:
+                retry.append(entry)
+        done = len(batch) - len(retry)
+        self._trigger.deleted += len(response.get("Successful", []))
+        for entry in batch:
+            if entry not in retry:
+                self._in_flight.pop(entry.receipt_handle, None)
+        if retry:
+            delay_s = min(10.0, 0.1 * 2 ** (attempt + 1))
+            self._log.warning(
+                "sqs_delete_retrying", failed=len(retry), deleted=done, retry_in_s=delay_s
+            )
+            await asyncio.sleep(delay_s)
+            await self._delete_batch(retry, attempt=attempt + 1)
+
+    async def _flush_deletes(self) -> None:
+        """Delete everything acked so far: wait for the running batches, then send the rest."""
+        while self._delete_tasks or self._pending_deletes:
+            if self._delete_tasks:
+                await asyncio.wait(list(self._delete_tasks))
+            batch = self._take_deletes()
+            if batch:
+                await self._delete_batch(batch)
+
+    async def _extend_loop(self) -> None:
+        """Keep held messages invisible: renew each one when half its visibility is used up."""
+        margin_s = self._visibility_timeout_s / 2
+        while True:
+            now = time.monotonic()
+            due = [e for e in self._in_flight.values() if e.visible_until - now <= margin_s]
+            if not due:
+                self._in_flight_added.clear()
+                next_due = min((e.visible_until for e in self._in_flight.values()), default=None)
+                timeout_s = None if next_due is None else next_due - margin_s - now
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout_s):
+                        await self._in_flight_added.wait()
+                continue
+            for start in range(0, len(due), MAX_MESSAGES):
+                await self._change_visibility(
+                    due[start : start + MAX_MESSAGES], self._visibility_timeout_s
+                )
+
+    async def _change_visibility(self, batch: list[_InFlight], timeout_s: int) -> None:
+        sent_at = time.monotonic()
+        response = await self._call(
+            "change_message_visibility_batch",
+            QueueUrl=self._queue_url,
+            Entries=[
+                {
+                    "Id": str(number),
+                    "ReceiptHandle": entry.receipt_handle,
+                    "VisibilityTimeout": timeout_s,
+                }
+                for number, entry in enumerate(batch)
+            ],
+        )
+        for entry in batch:
+            entry.visible_until = sent_at + timeout_s
+        for failure in response.get("Failed", []):
+            entry = batch[int(failure["Id"])]
+            if self._in_flight.pop(entry.receipt_handle, None) is None:
+                continue  # deleted while the call was on its way
+            # Past the 12-hour limit, or the handle expired: SQS redelivers the message.
+            self._log.warning(
+                "sqs_visibility_change_failed",
+                message_id=entry.message_id,
+                code=failure.get("Code"),
+                error=failure.get("Message"),
+            )
+
+    async def _release_unacked(self) -> None:
+        """Make messages this process will never ack visible again at once."""
+        unacked = [entry for entry in self._in_flight.values() if not entry.acked]
+        self._in_flight.clear()
+        for start in range(0, len(unacked), MAX_MESSAGES):
+            await self._change_visibility(unacked[start : start + MAX_MESSAGES], 0)
+
+
+def _is_transient(error: Exception) -> bool:
+    if isinstance(error, ClientError):
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return bool(status >= 500 or _error_code(error) in _THROTTLING_CODES)
+    return True
+
+
+def is_missing_queue(error: ClientError) -> bool:
+    """Whether the service answered that the queue does not exist."""
+    return _error_code(error) in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist")
+
+
+def _error_code(error: ClientError) -> str:
+    code: str = error.response.get("Error", {}).get("Code", "")
+    return code
+
+
+async def _cancel_and_wait(tasks: list[asyncio.Task[None]] | set[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait for them; their own errors were already reported."""
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
