@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ("bench_kafka", "bench_sqs")
+BENCHMARKS = ("bench_kafka", "bench_sqs", "bench_daemon")
 
 
 def main() -> int:

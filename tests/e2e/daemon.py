@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-from sqlalchemy import select
+from aiokafka import AIOKafkaProducer
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.config import Settings
@@ -103,3 +108,151 @@ async def consumed(session: AsyncSession) -> dict[str, list[int]]:
 
 def states(all_runs: list[models.Run]) -> dict[str, Any]:
     return {run.run_id: run.state for run in all_runs}
+
+
+# -- Helpers of the failure and crash tests ---------------------------------------------------
+
+TRIGGERER_BIN = Path(sys.executable).with_name("triggerer")
+"""The console script of this virtualenv: the daemon and the CLI as users start them."""
+
+ACTIVE_RUN_STATES = ("queued", "running", "up_for_retry")
+
+
+async def produce_json(
+    bootstrap: str, topic: str, values: Iterable[Any], *, batch: int = 0, pause_s: float = 0.0
+) -> None:
+    """Send each value as a JSON message; with ``batch``, pause ``pause_s`` after every
+    ``batch`` messages so they keep flowing for a while instead of arriving in one burst."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        pending = []
+        for sent, value in enumerate(values, start=1):
+            pending.append(await producer.send(topic, json.dumps(value).encode()))
+            if batch and sent % batch == 0:
+                await producer.flush()
+                await anyio.sleep(pause_s)  # pacing the traffic, not waiting for a result
+        for delivery in pending:
+            await delivery
+    finally:
+        await producer.stop()
+
+
+async def pipeline_row(session: AsyncSession, pipeline_id: str) -> models.Pipeline | None:
+    return await session.get(models.Pipeline, pipeline_id)
+
+
+async def trigger_rows(session: AsyncSession) -> list[models.Trigger]:
+    return list((await session.scalars(select(models.Trigger).order_by(models.Trigger.id))).all())
+
+
+async def queued_events(session: AsyncSession, pipeline_id: str) -> list[int]:
+    """Event ids waiting in the queue of ``pipeline_id``."""
+    rows = await session.scalars(
+        select(models.QueuedEvent.event_id)
+        .where(models.QueuedEvent.pipeline_id == pipeline_id)
+        .order_by(models.QueuedEvent.event_id)
+    )
+    return list(rows.all())
+
+
+async def event_count(session: AsyncSession, name: str) -> int:
+    count = await session.scalar(
+        select(func.count())
+        .select_from(models.AssetEvent)
+        .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+        .where(models.Asset.name == name)
+    )
+    return count or 0
+
+
+async def consumed_by(session: AsyncSession, pipeline_id: str) -> list[int]:
+    """Event ids consumed by the runs of ``pipeline_id``, one entry per ``run_event`` row."""
+    rows = await session.scalars(
+        select(models.RunEvent.event_id)
+        .where(models.RunEvent.pipeline_id == pipeline_id)
+        .order_by(models.RunEvent.event_id)
+    )
+    return list(rows.all())
+
+
+async def settled(session: AsyncSession, pipeline_id: str) -> tuple[int, int]:
+    """(active runs, queued events) of ``pipeline_id``: both 0 once it has caught up."""
+    active = await session.scalar(
+        select(func.count())
+        .select_from(models.Run)
+        .where(models.Run.pipeline_id == pipeline_id, models.Run.state.in_(ACTIVE_RUN_STATES))
+    )
+    return active or 0, len(await queued_events(session, pipeline_id))
+
+
+def daemon_env(
+    tmp_path: Path, database_url: str, spark_remote: str, **extra: str
+) -> dict[str, str]:
+    """The environment of a ``triggerer`` process configured like :func:`daemon_settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
+    return env | {
+        "TRIGGERER_DATABASE__URL": database_url,
+        "TRIGGERER_PIPELINES__DIR": str(tmp_path / "pipelines"),
+        "TRIGGERER_PIPELINES__RELOAD_INTERVAL_S": "0.2",
+        "TRIGGERER_SPARK__MODE": "connect",
+        "TRIGGERER_SPARK__REMOTE": spark_remote,
+        "TRIGGERER_SPARK__LOGS_DIR": str(tmp_path / "logs"),
+        "TRIGGERER_DAEMON__HEARTBEAT_INTERVAL_S": "0.5",
+        "TRIGGERER_LOGGING__FORMAT": "json",
+        "TRIGGERER_API__ENABLED": "false",
+        **extra,
+    }
+
+
+class DaemonProcess:
+    """``triggerer run`` as a real process; its output goes to ``log_path``."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log_file:
+            self.process = subprocess.Popen(  # noqa: S603 - a fixed argv of our own binary
+                [str(TRIGGERER_BIN), "run"], stdout=log_file, stderr=subprocess.STDOUT, env=self.env
+            )
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    async def wait(self, timeout_s: float) -> int:
+        """The exit code; fails when the process is still running after ``timeout_s``."""
+        assert self.process is not None
+        try:
+            return await anyio.to_thread.run_sync(self.process.wait, timeout_s)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"triggerer still running after {timeout_s}s{self.tail()}") from None
+
+    async def wait_logged(self, event: str, timeout_s: float = 60.0) -> None:
+        """Wait until the daemon has logged ``event`` (JSON logs), e.g. ``pipelines_loaded``."""
+        needle = f'"event": "{event}"'
+        with anyio.fail_after(timeout_s):
+            while True:
+                if needle in await anyio.Path(self.log_path).read_text(errors="replace"):
+                    return
+                assert self.process is not None
+                assert self.process.poll() is None, f"triggerer exited{self.tail()}"
+                await anyio.sleep(0.1)
+
+    def stop(self) -> None:
+        """Kill the process if it still runs (test teardown)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        return f"\n--- {self.log_path} ---\n" + "\n".join(text)
+
+
+async def triggerer_cli(env: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[bytes]:
+    """Run ``triggerer ARGUMENTS`` as a process; its ``CompletedProcess``."""
+    return await anyio.run_process([str(TRIGGERER_BIN), *arguments], env=env, check=False)

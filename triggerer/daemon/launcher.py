@@ -59,13 +59,20 @@ class Launcher:
         self._on_run_finished = on_run_finished
         self._woken = anyio.Event()
         self._accepting = True
-        self.running: dict[str, anyio.CancelScope] = {}
+        # A run is in progress from its claim until its end is recorded; each has a scope
+        # that interrupt() cancels.
+        self._in_progress: dict[int, anyio.CancelScope] = {}
         self._idle = anyio.Event()
         self._idle.set()
 
     async def wait_idle(self) -> None:
         """Return once no run is in progress."""
         await self._idle.wait()
+
+    def interrupt(self) -> None:
+        """Stop every run in progress (shutdown past its grace): each is queued to run again."""
+        for scope in self._in_progress.values():
+            scope.cancel()
 
     def wake(self) -> None:
         self._woken.set()
@@ -80,7 +87,11 @@ class Launcher:
         while self._accepting:
             self._woken = anyio.Event()
             for run_pk in await self._claimable():
+                if not self._accepting:
+                    break
                 if await self._claim(run_pk):
+                    self._in_progress[run_pk] = anyio.CancelScope()
+                    self._idle = anyio.Event()
                     task_group.start_soon(self._execute, run_pk)
             with anyio.move_on_after(POLL_S):
                 await self._woken.wait()
@@ -119,50 +130,50 @@ class Launcher:
             return bool(claimed.rowcount == 1)  # type: ignore[attr-defined]  # CursorResult
 
     async def _execute(self, run_pk: int) -> None:
-        async with self._sessions() as session:
-            run = await session.get_one(models.Run, run_pk)
-            pipeline = self._registry().pipelines.get(run.pipeline_id)
-            spec = await self._spec(session, run, pipeline) if pipeline is not None else None
-        structlog.contextvars.bind_contextvars(run_id=run.run_id)
-        folder = Path(self._settings.spark.logs_dir) / run.pipeline_id / run.run_id
-        log_path = folder / f"try-{run.try_number}.log"
-        spec_path, result_path = folder / "spec.json", folder / f"result-{run.try_number}.json"
-        log.info("run_started", pipeline_id=run.pipeline_id, try_number=run.try_number)
-        if spec is None:
-            ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
-        else:
-            await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
-            await anyio.Path(spec_path).write_text(json.dumps(spec))
-            returncode = await self._run_child(spec_path, result_path, log_path, run.run_id)
-            ended = await _ended(returncode, result_path, log_path)
-        with anyio.CancelScope(shield=True):
-            state, queued = await self._finish(run_pk, ended, str(log_path))
-        log.info("run_finished", pipeline_id=run.pipeline_id, state=state, error=ended.error)
-        self._on_run_finished({run.pipeline_id, *queued})
+        try:
+            ended = Ended(interrupted=True)
+            log_path: Path | None = None
+            with self._in_progress[run_pk]:
+                async with self._sessions() as session:
+                    run = await session.get_one(models.Run, run_pk)
+                    pipeline = self._registry().pipelines.get(run.pipeline_id)
+                    spec = await self._spec(session, run, pipeline) if pipeline else None
+                structlog.contextvars.bind_contextvars(run_id=run.run_id)
+                folder = Path(self._settings.spark.logs_dir) / run.pipeline_id / run.run_id
+                log_path = folder / f"try-{run.try_number}.log"
+                log.info("run_started", pipeline_id=run.pipeline_id, try_number=run.try_number)
+                if spec is None:
+                    ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
+                else:
+                    ended = await self._run_child(spec, folder, log_path, run.try_number)
+            # Recorded even when shutdown interrupted the run: it is queued to run again.
+            with anyio.CancelScope(shield=True):
+                state, queued = await self._finish(run_pk, ended, log_path)
+            log.info("run_finished", run_pk=run_pk, state=state, error=ended.error)
+            self._on_run_finished(queued)
+        finally:
+            del self._in_progress[run_pk]
+            if not self._in_progress:
+                self._idle.set()
 
     async def _run_child(
-        self, spec_path: Path, result_path: Path, log_path: Path, run_id: str
-    ) -> int | None:
+        self, spec: dict[str, Any], folder: Path, log_path: Path, try_number: int
+    ) -> Ended:
+        spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
+        await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+        await anyio.Path(spec_path).write_text(json.dumps(spec))
         command = _command(self._settings, spec_path, result_path)
         with log_path.open("ab") as log_file:
             process = await anyio.open_process(
                 command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
-            scope = anyio.CancelScope()
-            if self._idle.is_set():
-                self._idle = anyio.Event()
-            self.running[run_id] = scope
             try:
-                with scope:
-                    return await process.wait()
-                # Cancelled (shutdown past its grace period): stop the run, it will run again.
+                returncode = await process.wait()
+            except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     await _terminate(process)
-                return None
-            finally:
-                del self.running[run_id]
-                if not self.running:
-                    self._idle.set()
+                raise
+        return await _ended(returncode, result_path, log_path)
 
     async def _spec(
         self, session: AsyncSession, run: models.Run, pipeline: Pipeline
@@ -204,18 +215,20 @@ class Launcher:
             },
         }
 
-    async def _finish(self, run_pk: int, ended: Ended, log_path: str) -> tuple[str, set[str]]:
-        """Record how a try ended; the new state and the pipelines its outlet events queued."""
-        queued: set[str] = set()
+    async def _finish(
+        self, run_pk: int, ended: Ended, log_path: Path | None
+    ) -> tuple[str, set[str]]:
+        """Record how a try ended; the new state and the pipelines to evaluate again."""
         async with self._sessions.begin() as session:
             run = await session.get_one(models.Run, run_pk, with_for_update=True)
-            run.log_path = log_path
+            queued = {run.pipeline_id}
+            run.log_path = str(log_path) if log_path else run.log_path
             run.end_date = utcnow()
             if ended.interrupted:
                 run.state, run.try_number = RunState.QUEUED, run.try_number - 1
             elif ended.result is not None:
                 run.state = RunState.SUCCESS
-                queued = await _record_outlets(session, run, ended.result)
+                queued |= await _record_outlets(session, run, ended.result)
             elif run.try_number < run.max_tries:
                 pipeline = self._registry().pipelines.get(run.pipeline_id)
                 delay_s = pipeline.retry_delay_s if pipeline is not None else 10.0
@@ -235,9 +248,7 @@ class Ended:
     interrupted: bool = False
 
 
-async def _ended(returncode: int | None, result_path: Path, log_path: Path) -> Ended:
-    if returncode is None:
-        return Ended(interrupted=True)
+async def _ended(returncode: int, result_path: Path, log_path: Path) -> Ended:
     if returncode != 0:
         return Ended(error=f"exit code {returncode}, see {log_path}")
     try:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.daemon.ingest import Delivery, Ingest
@@ -90,14 +90,31 @@ class Service:
         )
 
     async def recover(self) -> None:
-        """Runs left running by a dead instance run again (their processes died with it)."""
+        """Runs left running by a dead instance run again (their processes died with it).
+
+        An instance is dead once its heartbeat is older than three intervals; this runs at
+        start and with every heartbeat, so a restart right after a crash recovers too.
+        """
         stale = utcnow() - timedelta(seconds=3 * self.settings.daemon.heartbeat_interval_s)
         alive = select(models.Instance.id).where(models.Instance.heartbeat_at >= stale)
         async with self.sessions.begin() as session:
-            await session.execute(
+            recovered = await session.execute(
                 update(models.Run)
                 .where(models.Run.state == RunState.RUNNING, models.Run.owner.not_in(alive))
                 .values(state=RunState.QUEUED, try_number=models.Run.try_number - 1, owner=None)
+            )
+        if recovered.rowcount:  # type: ignore[attr-defined]  # CursorResult
+            log.warning("runs_recovered", count=recovered.rowcount)  # type: ignore[attr-defined]
+            self.launcher.wake()
+
+    async def leave(self) -> None:
+        """On a clean exit: no heartbeat left behind, and leases free for other instances."""
+        async with self.sessions.begin() as session:
+            await session.execute(
+                delete(models.Lease).where(models.Lease.owner == self.instance_id)
+            )
+            await session.execute(
+                delete(models.Instance).where(models.Instance.id == self.instance_id)
             )
 
     async def heartbeat(self) -> None:
@@ -124,6 +141,7 @@ class Service:
                         instance_id=self.instance_id,
                     )
                 )
+        await self.recover()
 
 
 async def serve(
@@ -166,9 +184,10 @@ async def serve(
                     await ingest_done.wait()
                 with anyio.move_on_after(settings.daemon.shutdown_grace_s):
                     await service.launcher.wait_idle()
-                runs.cancel_scope.cancel()
-            task_group.cancel_scope.cancel()
-        await service.heartbeat()
+                service.launcher.interrupt()
+                await service.launcher.wait_idle()
+                task_group.cancel_scope.cancel()
+        await service.leave()
     finally:
         await engine.dispose()
     log.info("shutdown_complete")
