@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
+import structlog
 
 from triggerer.cli import main
 from triggerer.config import current_settings
@@ -22,6 +25,17 @@ orders = Asset("orders")
 @pipeline(schedule=orders)
 def count_orders(spark, context): ...
 """
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """main() configures logging onto pytest's captured stderr: undo it for later tests."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
 
 
 @pytest.fixture
