@@ -21,6 +21,7 @@ from triggerer.store.models import EventSource
 from triggerer.store.types import utcnow
 
 _T = TypeVar("_T")
+Rows = list[dict[str, Any]]
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 
 
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     verb(db, "upgrade", _db_upgrade, "migrate the database to this version's schema")
 
     pipelines = verbs.add_parser("pipelines", help="pipelines").add_subparsers(metavar="VERB")
-    verb(pipelines, "list", _pipelines_list, "list pipelines", listing=True)
+    verb(pipelines, "list", _listing(_pipelines_rows), "list pipelines", listing=True)
     for name, handler in (("pause", _pause), ("unpause", _unpause)):
         verb(pipelines, name, handler, f"{name} a pipeline").add_argument("pipeline_id")
     trigger = verb(pipelines, "trigger", _trigger, "queue a manual run")
@@ -73,20 +74,24 @@ def _parser() -> argparse.ArgumentParser:
     trigger.add_argument("--params", type=json.loads, default={}, help="JSON object")
 
     assets = verbs.add_parser("assets", help="assets").add_subparsers(metavar="VERB")
-    verb(assets, "list", _assets_list, "list assets", listing=True)
+    verb(assets, "list", _listing(_assets_rows), "list assets", listing=True)
 
     watchers = verbs.add_parser("watchers", help="watchers").add_subparsers(metavar="VERB")
-    verb(watchers, "list", _watchers_list, "state, last poll and errors", listing=True)
+    verb(watchers, "list", _listing(_watchers_rows), "state, last poll and errors", listing=True)
 
     events = verbs.add_parser("events", help="asset events").add_subparsers(metavar="VERB")
-    verb(events, "list", _events_list, "list recent events", listing=True).add_argument("--uri")
+    verb(events, "list", _listing(_events_rows), "list recent events", listing=True).add_argument(
+        "--uri"
+    )
     emit = verb(events, "emit", _emit, "create an event on an asset")
     emit.add_argument("uri")
     emit.add_argument("--extra", type=json.loads, default={}, help="JSON object")
     emit.add_argument("--partition-key")
 
     runs = verbs.add_parser("runs", help="runs").add_subparsers(metavar="VERB")
-    verb(runs, "list", _runs_list, "list recent runs", listing=True).add_argument("--pipeline")
+    verb(runs, "list", _listing(_runs_rows), "list recent runs", listing=True).add_argument(
+        "--pipeline"
+    )
     verb(runs, "logs", _runs_logs, "print a run's log").add_argument("run_id")
 
     post = verbs.add_parser("post", help="send messages to fire pipelines")
@@ -106,6 +111,17 @@ def _parser() -> argparse.ArgumentParser:
         "pipeline_id"
     )
     return parser
+
+
+def _listing(rows_of: Callable[[AsyncSession, argparse.Namespace], Awaitable[Rows]]) -> Handler:
+    """A ``list`` verb: the rows ``rows_of`` reads, as a table or (``--json``) one JSON array."""
+
+    async def handler(settings: Settings, arguments: argparse.Namespace) -> int:
+        rows = await _with_session(settings, lambda session: rows_of(session, arguments))
+        _table(rows, arguments.json)
+        return 0
+
+    return handler
 
 
 async def _run(settings: Settings, _: argparse.Namespace) -> int:
@@ -141,27 +157,20 @@ async def _check(settings: Settings, _: argparse.Namespace) -> int:
     return await _with_session(settings, work)
 
 
-async def _pipelines_list(settings: Settings, arguments: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> int:
-        rows = await session.scalars(
-            select(models.Pipeline).order_by(models.Pipeline.pipeline_id).limit(arguments.limit)
-        )
-        _table(
-            [
-                {
-                    "pipeline_id": p.pipeline_id,
-                    "schedule": p.schedule_text,
-                    "paused": p.paused,
-                    "active": p.is_active,
-                    "fileloc": p.fileloc,
-                }
-                for p in rows.all()
-            ],
-            arguments.json,
-        )
-        return 0
-
-    return await _with_session(settings, work)
+async def _pipelines_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
+    rows = await session.scalars(
+        select(models.Pipeline).order_by(models.Pipeline.pipeline_id).limit(arguments.limit)
+    )
+    return [
+        {
+            "pipeline_id": p.pipeline_id,
+            "schedule": p.schedule_text,
+            "paused": p.paused,
+            "active": p.is_active,
+            "fileloc": p.fileloc,
+        }
+        for p in rows.all()
+    ]
 
 
 async def _set_paused(settings: Settings, pipeline_id: str, paused: bool) -> int:
@@ -197,79 +206,56 @@ async def _trigger(settings: Settings, arguments: argparse.Namespace) -> int:
     return await _with_session(settings, work)
 
 
-async def _assets_list(settings: Settings, arguments: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> int:
-        rows = await session.scalars(
-            select(models.Asset).order_by(models.Asset.id).limit(arguments.limit)
-        )
-        _table(
-            [{"id": a.id, "name": a.name, "uri": a.uri, "group": a.group} for a in rows.all()],
-            arguments.json,
-        )
-        return 0
-
-    return await _with_session(settings, work)
+async def _assets_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
+    rows = await session.scalars(
+        select(models.Asset).order_by(models.Asset.id).limit(arguments.limit)
+    )
+    return [{"id": a.id, "name": a.name, "uri": a.uri, "group": a.group} for a in rows.all()]
 
 
-async def _watchers_list(settings: Settings, arguments: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> int:
-        rows = await session.execute(
-            select(models.AssetWatcher.name, models.Asset.uri, models.Trigger)
-            .join(models.Asset, models.Asset.id == models.AssetWatcher.asset_id)
-            .join(models.Trigger, models.Trigger.id == models.AssetWatcher.trigger_id)
-            .order_by(models.AssetWatcher.name)
-            .limit(arguments.limit)
-        )
-        _table(
-            [
-                {
-                    "watcher": name,
-                    "asset": uri,
-                    "trigger": trigger.classpath.rpartition(".")[2],
-                    "state": trigger.state,
-                    "last_poll_at": trigger.last_poll_at.isoformat()
-                    if trigger.last_poll_at
-                    else None,
-                    "restarts": trigger.restart_count,
-                    "last_error": trigger.last_error,
-                }
-                for name, uri, trigger in rows.all()
-            ],
-            arguments.json,
-        )
-        return 0
-
-    return await _with_session(settings, work)
+async def _watchers_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
+    rows = await session.execute(
+        select(models.AssetWatcher.name, models.Asset.uri, models.Trigger)
+        .join(models.Asset, models.Asset.id == models.AssetWatcher.asset_id)
+        .join(models.Trigger, models.Trigger.id == models.AssetWatcher.trigger_id)
+        .order_by(models.AssetWatcher.name)
+        .limit(arguments.limit)
+    )
+    return [
+        {
+            "watcher": name,
+            "asset": uri,
+            "trigger": trigger.classpath.rpartition(".")[2],
+            "state": trigger.state,
+            "last_poll_at": trigger.last_poll_at.isoformat() if trigger.last_poll_at else None,
+            "restarts": trigger.restart_count,
+            "last_error": trigger.last_error,
+        }
+        for name, uri, trigger in rows.all()
+    ]
 
 
-async def _events_list(settings: Settings, arguments: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> int:
-        query = (
-            select(models.AssetEvent, models.Asset.uri)
-            .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
-            .order_by(models.AssetEvent.id.desc())
-            .limit(arguments.limit)
-        )
-        if arguments.uri:
-            query = query.where(models.Asset.uri == arguments.uri)
-        rows = (await session.execute(query)).all()
-        _table(
-            [
-                {
-                    "id": e.id,
-                    "uri": uri,
-                    "source": e.source,
-                    "timestamp": e.timestamp.isoformat(),
-                    "partition_key": e.partition_key,
-                    "extra": e.extra,
-                }
-                for e, uri in rows
-            ],
-            arguments.json,
-        )
-        return 0
-
-    return await _with_session(settings, work)
+async def _events_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
+    query = (
+        select(models.AssetEvent, models.Asset.uri)
+        .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+        .order_by(models.AssetEvent.id.desc())
+        .limit(arguments.limit)
+    )
+    if arguments.uri:
+        query = query.where(models.Asset.uri == arguments.uri)
+    rows = (await session.execute(query)).all()
+    return [
+        {
+            "id": e.id,
+            "uri": uri,
+            "source": e.source,
+            "timestamp": e.timestamp.isoformat(),
+            "partition_key": e.partition_key,
+            "extra": e.extra,
+        }
+        for e, uri in rows
+    ]
 
 
 async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
@@ -299,32 +285,25 @@ async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
     return await _with_session(settings, work)
 
 
-async def _runs_list(settings: Settings, arguments: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> int:
-        query = select(models.Run).order_by(models.Run.id.desc()).limit(arguments.limit)
-        if arguments.pipeline:
-            query = query.where(models.Run.pipeline_id == arguments.pipeline)
-        runs = (await session.scalars(query)).all()
-        consumed = await _consumed(session, [run.id for run in runs])
-        _table(
-            [
-                {
-                    "run_id": r.run_id,
-                    "pipeline_id": r.pipeline_id,
-                    "state": r.state,
-                    "type": r.run_type,
-                    "try": r.try_number,
-                    "events": consumed.get(r.id, 0),
-                    "created_at": r.created_at.isoformat(),
-                    "end_date": r.end_date.isoformat() if r.end_date else None,
-                }
-                for r in runs
-            ],
-            arguments.json,
-        )
-        return 0
-
-    return await _with_session(settings, work)
+async def _runs_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
+    query = select(models.Run).order_by(models.Run.id.desc()).limit(arguments.limit)
+    if arguments.pipeline:
+        query = query.where(models.Run.pipeline_id == arguments.pipeline)
+    runs = (await session.scalars(query)).all()
+    consumed = await _consumed(session, [run.id for run in runs])
+    return [
+        {
+            "run_id": r.run_id,
+            "pipeline_id": r.pipeline_id,
+            "state": r.state,
+            "type": r.run_type,
+            "try": r.try_number,
+            "events": consumed.get(r.id, 0),
+            "created_at": r.created_at.isoformat(),
+            "end_date": r.end_date.isoformat() if r.end_date else None,
+        }
+        for r in runs
+    ]
 
 
 async def _consumed(session: AsyncSession, run_pks: list[int]) -> dict[int, int]:
@@ -434,7 +413,7 @@ def _messages(texts: list[str]) -> list[Any]:
     return messages
 
 
-def _table(rows: list[dict[str, Any]], as_json: bool) -> None:
+def _table(rows: Rows, as_json: bool) -> None:
     if as_json:
         _say(json.dumps(rows, default=str))
         return
