@@ -120,10 +120,14 @@ class Scheduler:
         condition = pipeline.condition
         if condition is None or not await _may_start(session, pipeline):
             return None
-        queued = await _queued(session, pipeline.pipeline_id)
-        if not queued:
-            return None
         alias_members = await _alias_members(session, condition, registry)
+        # Cheap first: which assets have any queued event; a backlog waiting for another asset
+        # of an AND is not read again on every wake.
+        candidates = {registry.asset_ids[a] for a in condition.iter_assets()} | set(alias_members)
+        present = await _assets_with_queued(session, pipeline.pipeline_id, candidates)
+        if not condition.evaluate(_updated(present, registry, alias_members)):
+            return None
+        queued = await _queued(session, pipeline.pipeline_id)
         if isinstance(pipeline.schedule, PartitionedAssetTimetable):
             picked, partition_key = _pick_partition(
                 pipeline, pipeline.schedule, queued, registry, alias_members
@@ -247,6 +251,24 @@ async def _queued(session: AsyncSession, pipeline_id: str) -> list[Queued]:
     return [Queued(*row) for row in (await session.execute(statement)).all()]
 
 
+async def _assets_with_queued(
+    session: AsyncSession, pipeline_id: str, asset_ids: set[int]
+) -> set[int]:
+    present = set()
+    for asset_id in asset_ids:
+        row = await session.scalar(
+            select(models.QueuedEvent.id)
+            .where(
+                models.QueuedEvent.pipeline_id == pipeline_id,
+                models.QueuedEvent.asset_id == asset_id,
+            )
+            .limit(1)
+        )
+        if row is not None:
+            present.add(asset_id)
+    return present
+
+
 async def _alias_members(
     session: AsyncSession, condition: BaseAsset, registry: Registry
 ) -> dict[int, set[AssetAlias]]:
@@ -267,14 +289,15 @@ async def _alias_members(
 
 
 def _updated(
-    rows: Iterable[Queued], registry: Registry, alias_members: dict[int, set[AssetAlias]]
+    asset_ids: Iterable[int], registry: Registry, alias_members: dict[int, set[AssetAlias]]
 ) -> set[BaseAsset]:
+    """The assets, and the aliases they were added through, that have queued events."""
     updated: set[BaseAsset] = set()
-    for row in rows:
-        asset = registry.assets.get(row.asset_id)
+    for asset_id in asset_ids:
+        asset = registry.assets.get(asset_id)
         if asset is not None:
             updated.add(asset)
-        updated.update(alias_members.get(row.asset_id, ()))
+        updated.update(alias_members.get(asset_id, ()))
     return updated
 
 
@@ -286,12 +309,12 @@ def _pick(
     alias_members: dict[int, set[AssetAlias]],
 ) -> list[Queued]:
     """The queue rows one run consumes, or none when the condition does not hold."""
-    if not condition.evaluate(_updated(queued, registry, alias_members)):
+    if not condition.evaluate(_updated({row.asset_id for row in queued}, registry, alias_members)):
         return []
     if pipeline.run_policy == "coalesce":
         return queued[: pipeline.max_events_per_run]
     oldest = queued[0]
-    if condition.evaluate(_updated([oldest], registry, alias_members)):
+    if condition.evaluate(_updated([oldest.asset_id], registry, alias_members)):
         return [oldest]
     # per_event under AND: the oldest event of each asset.
     firsts: dict[int, Queued] = {}

@@ -363,6 +363,8 @@ class QueuedEvent(Base):
         UniqueConstraint("pipeline_id", "event_id"),
         Index("ix_queued_event_pipeline_id_id", "pipeline_id", "id"),
         Index("ix_queued_event_asset_id", "asset_id"),
+        # The scheduler's "has this asset a queued event for this pipeline" probe.
+        Index("ix_queued_event_pipeline_id_asset_id_id", "pipeline_id", "asset_id", "id"),
         Index("ix_queued_event_event_id", "event_id"),
     )
 

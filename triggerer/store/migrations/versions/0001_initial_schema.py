@@ -339,6 +339,11 @@ def upgrade() -> None:
     op.create_index("ix_queued_event_asset_id", "queued_event", ["asset_id"])
     op.create_index("ix_queued_event_event_id", "queued_event", ["event_id"])
     op.create_index("ix_queued_event_pipeline_id_id", "queued_event", ["pipeline_id", "id"])
+    op.create_index(
+        "ix_queued_event_pipeline_id_asset_id_id",
+        "queued_event",
+        ["pipeline_id", "asset_id", "id"],
+    )
 
     op.create_table(
         "run_event",
