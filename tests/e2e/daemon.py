@@ -8,7 +8,8 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +24,32 @@ from triggerer.daemon.service import serve
 from triggerer.store import create_engine, models, session_factory
 
 T = TypeVar("T")
+
+WAIT_TIMEOUT_S = 120.0
+"""How long :func:`wait_for` waits unless told otherwise."""
+
+
+def kafka_asset_source(asset: str) -> str:
+    """The head of a pipelines source: the imports, and the asset ``asset`` (a variable of the
+    same name) that gets an event for each message of the test's topic. ``{bootstrap}`` and
+    ``{topic}`` are left to fill in, as :meth:`Deployment.write_pipelines` does."""
+    return f"""
+    from triggerer import Asset, AssetWatcher, BaseEventTrigger, Metadata, pipeline
+    from watchers import KafkaTrigger
+
+    {asset} = Asset("{asset}", watchers=[AssetWatcher("{asset}_topic", KafkaTrigger(
+        bootstrap_servers="{{bootstrap}}", topics=["{{topic}}"], group_id="{{topic}}-group",
+        session_timeout_ms=6000, heartbeat_interval_ms=1000))])
+"""
+
+
+ORDERS = kafka_asset_source("orders")
+"""Pipelines source head with the asset ``orders``, fed by the test's topic."""
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    """The database of a test's daemon: a new SQLite file in ``tmp_path``."""
+    return f"sqlite:///{tmp_path / 'triggerer.db'}"
 
 
 def write_pipelines(folder: Path, source: str, name: str = "pipelines.py") -> Path:
@@ -69,7 +96,7 @@ async def wait_for(
     work: Callable[[AsyncSession], Awaitable[T]],
     done: Callable[[T], bool],
     *,
-    timeout_s: float = 120.0,
+    timeout_s: float = WAIT_TIMEOUT_S,
 ) -> T:
     """Poll ``work`` until ``done(result)``; fail after ``timeout_s``."""
     with anyio.fail_after(timeout_s):
@@ -206,12 +233,21 @@ def daemon_env(
 
 
 class DaemonProcess:
-    """``triggerer run`` as a real process; its output goes to ``log_path``."""
+    """``triggerer run`` as a real process; its output goes to ``log_path``.
+
+    ``with DaemonProcess(...) as daemon:`` kills the process if it still runs at the end.
+    """
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.env = env
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> DaemonProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def start(self) -> None:
         with self.log_path.open("ab") as log_file:
@@ -256,3 +292,52 @@ class DaemonProcess:
 async def triggerer_cli(env: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[bytes]:
     """Run ``triggerer ARGUMENTS`` as a process; its ``CompletedProcess``."""
     return await anyio.run_process([str(TRIGGERER_BIN), *arguments], env=env, check=False)
+
+
+# -- One test's setup ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the daemon of one test works with: its pipelines folder, Spark logs and log file in
+    ``tmp_path``, its database, its Spark Connect server, and the Kafka topic it watches."""
+
+    tmp_path: Path
+    database_url: str
+    spark_remote: str
+    bootstrap: str
+    topic: str
+
+    def write_pipelines(self, source: str, name: str = "pipelines.py") -> Path:
+        """Write ``source`` into the pipelines folder, ``{bootstrap}`` and ``{topic}`` filled in."""
+        formatted = source.format(bootstrap=self.bootstrap, topic=self.topic)
+        return write_pipelines(self.tmp_path / "pipelines", formatted, name)
+
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """The daemon in this process for the body of ``async with``: see :func:`running_daemon`."""
+        return running_daemon(daemon_settings(self.tmp_path, self.database_url, self.spark_remote))
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a ``triggerer`` process: see :func:`daemon_env`."""
+        return daemon_env(self.tmp_path, self.database_url, self.spark_remote, **extra)
+
+    def process(self, **extra_env: str) -> DaemonProcess:
+        """The daemon as a process, not started yet, logging to ``daemon.log``."""
+        return DaemonProcess(self.env(**extra_env), self.tmp_path / "daemon.log")
+
+    async def produce(self, values: Iterable[Any], *, batch: int = 0, pause_s: float = 0.0) -> None:
+        """Send ``values`` to the topic: see :func:`produce_json`."""
+        await produce_json(self.bootstrap, self.topic, values, batch=batch, pause_s=pause_s)
+
+    async def query(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        return await query(self.database_url, work)
+
+    async def wait_for(
+        self,
+        work: Callable[[AsyncSession], Awaitable[T]],
+        done: Callable[[T], bool],
+        *,
+        timeout_s: float = WAIT_TIMEOUT_S,
+    ) -> T:
+        """Poll the database until ``done``: see :func:`wait_for`."""
+        return await wait_for(self.database_url, work, done, timeout_s=timeout_s)

@@ -16,17 +16,15 @@ from tests.e2e.daemon import (
     daemon_env,
     event_count,
     events_of,
-    produce_json,
-    query,
+    kafka_asset_source,
     runs,
     settled,
     triggerer_cli,
-    wait_for,
-    write_pipelines,
 )
 
 if TYPE_CHECKING:
-    from tests.fixtures.brokers import MakeTopic
+    from tests.e2e.conftest import MakeDeployment
+    from tests.e2e.daemon import Deployment
 
 MESSAGES = 5_000
 STOP_AFTER = 1_000
@@ -34,46 +32,42 @@ STOP_AFTER = 1_000
 GRACE_S = 20
 """When ``triggerer check`` and recovery count an instance dead: 3 heartbeats of 0.5 s."""
 
-PIPELINES = """
-    from triggerer import Asset, AssetWatcher, pipeline
-    from watchers import KafkaTrigger
+STREAM = kafka_asset_source("stream")
+"""Pipelines source head with the asset ``stream``, fed by the test's topic."""
 
-    stream = Asset("stream", watchers=[AssetWatcher("stream_topic", KafkaTrigger(
-        bootstrap_servers="{bootstrap}", topics=["{topic}"], group_id="{topic}-group",
-        session_timeout_ms=6000, heartbeat_interval_ms=1000))])
-
+TALLY = """
     @pipeline(schedule=stream, run_policy="coalesce", max_active_runs=4)
     def tally(spark, context):
         assert len(context.triggering_asset_events[stream]) > 0
 """
 
 
-async def flow(
-    database_url: str, kafka_broker: str, topic: str, daemon: DaemonProcess, signum: int
-) -> int:
+async def start_and_send_first(deployment: Deployment, daemon: DaemonProcess) -> None:
+    """Start the daemon and, once it has loaded its pipelines, send the message ``{"i": 0}``."""
+    daemon.start()
+    await daemon.wait_logged("pipelines_loaded")
+    await deployment.produce([{"i": 0}])
+
+
+async def flow(deployment: Deployment, daemon: DaemonProcess, signum: int) -> int:
     """Start the daemon, send ``MESSAGES`` messages, send ``signum`` to the daemon once
     ``STOP_AFTER`` events are committed, wait for its exit and start it again.
 
     Returns the number of events committed when the signal was sent.
     """
-    daemon.start()
-    await daemon.wait_logged("pipelines_loaded")
     # The first message tells when the daemon consumes; the rest flows for a few seconds.
-    await produce_json(kafka_broker, topic, [{"i": 0}])
-    await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1, timeout_s=60)
+    await start_and_send_first(deployment, daemon)
+    await deployment.wait_for(lambda s: event_count(s, "stream"), lambda n: n >= 1, timeout_s=60)
     async with anyio.create_task_group() as group:
         group.start_soon(
             partial(
-                produce_json,
-                kafka_broker,
-                topic,
+                deployment.produce,
                 ({"i": i} for i in range(1, MESSAGES)),
                 batch=100,
                 pause_s=0.1,
             )
         )
-        committed = await wait_for(
-            database_url,
+        committed = await deployment.wait_for(
             lambda s: event_count(s, "stream"),
             lambda n: n >= STOP_AFTER,
             timeout_s=60,
@@ -90,68 +84,47 @@ async def flow(
     return committed
 
 
-async def assert_exactly_once(database_url: str, daemon: DaemonProcess) -> None:
+async def assert_exactly_once(deployment: Deployment, daemon: DaemonProcess) -> None:
     """Every message is one event, and every event is consumed by exactly one run."""
-    await wait_for(
-        database_url,
+    await deployment.wait_for(
         lambda s: event_count(s, "stream"),
         lambda n: n >= MESSAGES,
         timeout_s=120,
     )
-    await wait_for(
-        database_url, lambda s: settled(s, "tally"), lambda r: r == (0, 0), timeout_s=120
-    )
-    events = await query(database_url, lambda s: events_of(s, "stream"))
+    await deployment.wait_for(lambda s: settled(s, "tally"), lambda r: r == (0, 0), timeout_s=120)
+    events = await deployment.query(lambda s: events_of(s, "stream"))
     assert len(events) == MESSAGES, daemon.tail()
     assert len({e.dedup_key for e in events}) == MESSAGES
     assert sorted(e.extra["payload"]["value"]["i"] for e in events) == list(range(MESSAGES))
-    consumed = await query(database_url, lambda s: consumed_by(s, "tally"))
+    consumed = await deployment.query(lambda s: consumed_by(s, "tally"))
     assert len(consumed) == MESSAGES
     assert set(consumed) == {e.id for e in events}
-    tally_runs = [r for r in await query(database_url, runs) if r.pipeline_id == "tally"]
+    tally_runs = [r for r in await deployment.query(runs) if r.pipeline_id == "tally"]
     assert {r.state for r in tally_runs} == {"success"}
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("db_backend", ["postgresql", "sqlite"], indirect=True)
 async def test_kill_9_while_messages_flow_loses_nothing_and_duplicates_nothing(
-    tmp_path: Path,
-    database_url: str,
-    kafka_broker: str,
-    make_topic: MakeTopic,
-    spark_remote: str,
+    database_url: str, make_deployment: MakeDeployment
 ) -> None:
-    topic = await make_topic(partitions=3)
-    write_pipelines(tmp_path / "pipelines", PIPELINES.format(bootstrap=kafka_broker, topic=topic))
-    env = daemon_env(tmp_path, database_url, spark_remote)
-    daemon = DaemonProcess(env, tmp_path / "daemon.log")
-    try:
-        await flow(database_url, kafka_broker, topic, daemon, signal.SIGKILL)
-        await assert_exactly_once(database_url, daemon)
-    finally:
-        daemon.stop()
+    deployment = await make_deployment(database_url, partitions=3)
+    deployment.write_pipelines(STREAM + TALLY)
+    with deployment.process() as daemon:
+        await flow(deployment, daemon, signal.SIGKILL)
+        await assert_exactly_once(deployment, daemon)
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
 async def test_sigterm_drains_and_a_restart_loses_nothing(
-    tmp_path: Path,
-    database_url: str,
-    kafka_broker: str,
-    make_topic: MakeTopic,
-    spark_remote: str,
+    database_url: str, make_deployment: MakeDeployment
 ) -> None:
-    topic = await make_topic(partitions=3)
-    write_pipelines(tmp_path / "pipelines", PIPELINES.format(bootstrap=kafka_broker, topic=topic))
-    env = daemon_env(
-        tmp_path, database_url, spark_remote, TRIGGERER_DAEMON__SHUTDOWN_GRACE_S=str(GRACE_S)
-    )
-    daemon = DaemonProcess(env, tmp_path / "daemon.log")
-    try:
-        await flow(database_url, kafka_broker, topic, daemon, signal.SIGTERM)
-        await assert_exactly_once(database_url, daemon)
-    finally:
-        daemon.stop()
+    deployment = await make_deployment(database_url, partitions=3)
+    deployment.write_pipelines(STREAM + TALLY)
+    with deployment.process(TRIGGERER_DAEMON__SHUTDOWN_GRACE_S=str(GRACE_S)) as daemon:
+        await flow(deployment, daemon, signal.SIGTERM)
+        await assert_exactly_once(deployment, daemon)
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
@@ -160,9 +133,8 @@ async def test_check_passes_while_the_daemon_runs_and_fails_once_it_stopped(
 ) -> None:
     (tmp_path / "pipelines").mkdir()
     env = daemon_env(tmp_path, database_url, "sc://127.0.0.1:1")
-    daemon = DaemonProcess(env, tmp_path / "daemon.log")
-    daemon.start()
-    try:
+    with DaemonProcess(env, tmp_path / "daemon.log") as daemon:
+        daemon.start()
         with anyio.fail_after(30):
             while (await triggerer_cli(env, "check")).returncode != 0:
                 assert daemon.process is not None
@@ -173,8 +145,6 @@ async def test_check_passes_while_the_daemon_runs_and_fails_once_it_stopped(
         with anyio.fail_after(15):
             while (checked := await triggerer_cli(env, "check")).returncode == 0:
                 pass
-    finally:
-        daemon.stop()
     assert checked.returncode == 1
     assert b"stale" in checked.stdout
 
@@ -182,12 +152,6 @@ async def test_check_passes_while_the_daemon_runs_and_fails_once_it_stopped(
 SLOW = """
     import time
 
-    from triggerer import Asset, AssetWatcher, Metadata, pipeline
-    from watchers import KafkaTrigger
-
-    stream = Asset("stream", watchers=[AssetWatcher("stream_topic", KafkaTrigger(
-        bootstrap_servers="{bootstrap}", topics=["{topic}"], group_id="{topic}-group",
-        session_timeout_ms=6000, heartbeat_interval_ms=1000))])
     done = Asset("done")
 
     @pipeline(schedule=stream, outlets=[done])
@@ -197,70 +161,49 @@ SLOW = """
 """
 
 
+async def start_with_a_running_run(deployment: Deployment, daemon: DaemonProcess) -> None:
+    """Start the daemon with the ``SLOW`` pipelines and wait until its run is running."""
+    await start_and_send_first(deployment, daemon)
+    await deployment.wait_for(runs, lambda rs: [r.state for r in rs] == ["running"])
+
+
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
 async def test_sigterm_records_a_run_that_ends_within_the_grace_period(
-    tmp_path: Path,
-    database_url: str,
-    kafka_broker: str,
-    make_topic: MakeTopic,
-    spark_remote: str,
+    database_url: str, make_deployment: MakeDeployment
 ) -> None:
-    topic = await make_topic()
-    write_pipelines(tmp_path / "pipelines", SLOW.format(bootstrap=kafka_broker, topic=topic))
-    env = daemon_env(
-        tmp_path, database_url, spark_remote, TRIGGERER_DAEMON__SHUTDOWN_GRACE_S=str(GRACE_S)
-    )
-    daemon = DaemonProcess(env, tmp_path / "daemon.log")
-    daemon.start()
-    try:
-        await daemon.wait_logged("pipelines_loaded")
-        await produce_json(kafka_broker, topic, [{"i": 0}])
-        await wait_for(database_url, runs, lambda rs: [r.state for r in rs] == ["running"])
+    deployment = await make_deployment(database_url)
+    deployment.write_pipelines(STREAM + SLOW)
+    with deployment.process(TRIGGERER_DAEMON__SHUTDOWN_GRACE_S=str(GRACE_S)) as daemon:
+        await start_with_a_running_run(deployment, daemon)
         await daemon.wait_logged("run_started")
         daemon.signal(signal.SIGTERM)
         assert await daemon.wait(GRACE_S + 10) == 0, daemon.tail()
-    finally:
-        daemon.stop()
-    (run,) = await query(database_url, runs)
+    (run,) = await deployment.query(runs)
     assert run.state == "success", daemon.tail()
-    assert [e.extra for e in await query(database_url, lambda s: events_of(s, "done"))] == [
+    assert [e.extra for e in await deployment.query(lambda s: events_of(s, "done"))] == [
         {"rows": 5}
     ]
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
 async def test_killed_daemon_runs_run_again_after_an_immediate_restart(
-    tmp_path: Path,
-    database_url: str,
-    kafka_broker: str,
-    make_topic: MakeTopic,
-    spark_remote: str,
+    database_url: str, make_deployment: MakeDeployment
 ) -> None:
-    topic = await make_topic()
-    write_pipelines(tmp_path / "pipelines", SLOW.format(bootstrap=kafka_broker, topic=topic))
+    deployment = await make_deployment(database_url)
+    deployment.write_pipelines(STREAM + SLOW)
     # Heartbeats every 2 s: the restart below surely comes before the instance is 6 s stale.
-    env = daemon_env(
-        tmp_path, database_url, spark_remote, TRIGGERER_DAEMON__HEARTBEAT_INTERVAL_S="2"
-    )
-    daemon = DaemonProcess(env, tmp_path / "daemon.log")
-    daemon.start()
-    try:
-        await daemon.wait_logged("pipelines_loaded")
-        await produce_json(kafka_broker, topic, [{"i": 0}])
-        await wait_for(database_url, runs, lambda rs: [r.state for r in rs] == ["running"])
+    with deployment.process(TRIGGERER_DAEMON__HEARTBEAT_INTERVAL_S="2") as daemon:
+        await start_with_a_running_run(deployment, daemon)
         daemon.signal(signal.SIGKILL)
         assert await daemon.wait(10) == -signal.SIGKILL
         daemon.start()
         # Long enough for a dead instance's runs to be taken over after it turned stale.
-        finished = await wait_for(
-            database_url,
+        finished = await deployment.wait_for(
             runs,
             lambda rs: [r.state for r in rs] == ["success"],
             timeout_s=30,
         )
-    finally:
-        daemon.stop()
     assert finished[0].try_number == 1
-    assert [e.extra for e in await query(database_url, lambda s: events_of(s, "done"))] == [
+    assert [e.extra for e in await deployment.query(lambda s: events_of(s, "done"))] == [
         {"rows": 5}
     ]

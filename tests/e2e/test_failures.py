@@ -3,40 +3,26 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 from structlog.testing import capture_logs
 
 from tests.e2e.daemon import (
+    ORDERS,
+    WAIT_TIMEOUT_S,
     consumed,
-    daemon_env,
-    daemon_settings,
     events_of,
     pipeline_row,
-    produce_json,
-    query,
     queued_events,
-    running_daemon,
     runs,
     trigger_rows,
     triggerer_cli,
-    wait_for,
-    write_pipelines,
 )
 
 if TYPE_CHECKING:
-    from tests.fixtures.brokers import MakeTopic
-
-ORDERS = """
-    from triggerer import Asset, AssetWatcher, BaseEventTrigger, Metadata, pipeline
-    from watchers import KafkaTrigger
-
-    orders = Asset("orders", watchers=[AssetWatcher("orders_topic", KafkaTrigger(
-        bootstrap_servers="{bootstrap}", topics=["{topic}"], group_id="{topic}-group",
-        session_timeout_ms=6000, heartbeat_interval_ms=1000))])
-"""
+    from tests.e2e.daemon import Deployment
+    from triggerer.store import models
 
 
 def by_pipeline(all_runs: list) -> dict[str, list[str]]:
@@ -45,6 +31,15 @@ def by_pipeline(all_runs: list) -> dict[str, list[str]]:
     for run in all_runs:
         result.setdefault(run.pipeline_id, []).append(run.state)
     return result
+
+
+async def wait_for_runs(
+    deployment: Deployment, expected: dict[str, list[str]], *, timeout_s: float = WAIT_TIMEOUT_S
+) -> list[models.Run]:
+    """All runs, once their states per pipeline (see :func:`by_pipeline`) are ``expected``."""
+    return await deployment.wait_for(
+        runs, lambda rs: by_pipeline(rs) == expected, timeout_s=timeout_s
+    )
 
 
 FAILING = """
@@ -66,31 +61,20 @@ FAILING = """
 
 
 async def test_failing_pipeline_emits_no_outlet_event_and_starts_no_downstream(
-    tmp_path: Path, kafka_broker: str, make_topic: MakeTopic, spark_remote: str
+    deployment: Deployment,
 ) -> None:
-    topic = await make_topic()
-    database_url = f"sqlite:///{tmp_path / 'triggerer.db'}"
-    write_pipelines(
-        tmp_path / "pipelines", (ORDERS + FAILING).format(bootstrap=kafka_broker, topic=topic)
-    )
-    settings = daemon_settings(tmp_path, database_url, spark_remote)
+    deployment.write_pipelines(ORDERS + FAILING)
 
-    async with running_daemon(settings):
-        await produce_json(kafka_broker, topic, [{"n": 1}])
-        finished = await wait_for(
-            database_url,
-            runs,
-            lambda rs: by_pipeline(rs) == {"boom": ["failed"], "witness": ["success"]},
-            timeout_s=90,
+    async with deployment.running():
+        await deployment.produce([{"n": 1}])
+        finished = await wait_for_runs(
+            deployment, {"boom": ["failed"], "witness": ["success"]}, timeout_s=90
         )
         # A second message: the scheduler has looked at the pipelines again since the failure.
-        await produce_json(kafka_broker, topic, [{"n": 2}])
-        finished = await wait_for(
-            database_url,
-            runs,
-            lambda rs: (
-                by_pipeline(rs) == {"boom": ["failed", "failed"], "witness": ["success", "success"]}
-            ),
+        await deployment.produce([{"n": 2}])
+        finished = await wait_for_runs(
+            deployment,
+            {"boom": ["failed", "failed"], "witness": ["success", "success"]},
             timeout_s=90,
         )
 
@@ -100,8 +84,8 @@ async def test_failing_pipeline_emits_no_outlet_event_and_starts_no_downstream(
     assert failed[0].log_path is not None
     log_text = await anyio.Path(failed[0].log_path).read_text()
     assert "boom: the pipeline failed on purpose" in log_text
-    assert await query(database_url, lambda s: events_of(s, "boom_out")) == []
-    assert await query(database_url, lambda s: queued_events(s, "after_boom")) == []
+    assert await deployment.query(lambda s: events_of(s, "boom_out")) == []
+    assert await deployment.query(lambda s: queued_events(s, "after_boom")) == []
 
 
 FLAKY = """
@@ -121,22 +105,14 @@ FLAKY = """
 
 
 async def test_pipeline_retry_succeeds_with_exactly_one_outlet_event(
-    tmp_path: Path, kafka_broker: str, make_topic: MakeTopic, spark_remote: str
+    deployment: Deployment,
 ) -> None:
-    topic = await make_topic()
-    database_url = f"sqlite:///{tmp_path / 'triggerer.db'}"
-    write_pipelines(
-        tmp_path / "pipelines", (ORDERS + FLAKY).format(bootstrap=kafka_broker, topic=topic)
-    )
-    settings = daemon_settings(tmp_path, database_url, spark_remote)
+    deployment.write_pipelines(ORDERS + FLAKY)
 
-    async with running_daemon(settings):
-        await produce_json(kafka_broker, topic, [{"n": 1}])
-        finished = await wait_for(
-            database_url,
-            runs,
-            lambda rs: by_pipeline(rs) == {"flaky": ["success"], "after_flaky": ["success"]},
-            timeout_s=90,
+    async with deployment.running():
+        await deployment.produce([{"n": 1}])
+        finished = await wait_for_runs(
+            deployment, {"flaky": ["success"], "after_flaky": ["success"]}, timeout_s=90
         )
 
     flaky, after = finished
@@ -144,10 +120,10 @@ async def test_pipeline_retry_succeeds_with_exactly_one_outlet_event(
     assert flaky.max_tries == 2
     first_try = anyio.Path(flaky.log_path).with_name("try-1.log")
     assert "flaky: try 1 fails on purpose" in await first_try.read_text()
-    outlet = await query(database_url, lambda s: events_of(s, "flaky_out"))
+    outlet = await deployment.query(lambda s: events_of(s, "flaky_out"))
     assert [e.extra for e in outlet] == [{"try_number": 2, "rows": 4}]
-    orders = await query(database_url, lambda s: events_of(s, "orders"))
-    assert await query(database_url, consumed) == {
+    orders = await deployment.query(lambda s: events_of(s, "orders"))
+    assert await deployment.query(consumed) == {
         flaky.run_id: [orders[0].id],
         after.run_id: [outlet[0].id],
     }
@@ -179,44 +155,32 @@ EXPLODING = """
 
 
 async def test_crashing_trigger_is_restarted_with_backoff_while_others_deliver(
-    tmp_path: Path, kafka_broker: str, make_topic: MakeTopic, spark_remote: str
+    deployment: Deployment,
 ) -> None:
-    topic = await make_topic()
-    database_url = f"sqlite:///{tmp_path / 'triggerer.db'}"
-    write_pipelines(
-        tmp_path / "pipelines", (ORDERS + EXPLODING).format(bootstrap=kafka_broker, topic=topic)
-    )
-    settings = daemon_settings(tmp_path, database_url, spark_remote)
+    deployment.write_pipelines(ORDERS + EXPLODING)
 
     def exploding(rows: list) -> object:
         (row,) = [r for r in rows if r.classpath.endswith(".ExplodingTrigger")]
         return row
 
     started = anyio.current_time()
-    async with running_daemon(settings):
-        await produce_json(kafka_broker, topic, [{"n": 1}])
+    async with deployment.running():
+        await deployment.produce([{"n": 1}])
         first = exploding(
-            await wait_for(database_url, trigger_rows, lambda rs: exploding(rs).restart_count >= 1)
+            await deployment.wait_for(trigger_rows, lambda rs: exploding(rs).restart_count >= 1)
         )
-        await wait_for(
-            database_url, runs, lambda rs: by_pipeline(rs) == {"count_orders": ["success"]}
-        )
+        await wait_for_runs(deployment, {"count_orders": ["success"]})
         later = exploding(
-            await wait_for(
-                database_url,
+            await deployment.wait_for(
                 trigger_rows,
                 lambda rs: exploding(rs).restart_count >= first.restart_count + 2,
                 timeout_s=60,
             )
         )
         # The Kafka watcher still delivers while the other trigger keeps failing.
-        await produce_json(kafka_broker, topic, [{"n": 2}])
-        await wait_for(
-            database_url,
-            runs,
-            lambda rs: by_pipeline(rs) == {"count_orders": ["success", "success"]},
-        )
-        last = exploding(await query(database_url, trigger_rows))
+        await deployment.produce([{"n": 2}])
+        await wait_for_runs(deployment, {"count_orders": ["success", "success"]})
+        last = exploding(await deployment.query(trigger_rows))
     elapsed_s = anyio.current_time() - started
 
     assert later.state in ("backoff", "running")
@@ -224,10 +188,10 @@ async def test_crashing_trigger_is_restarted_with_backoff_while_others_deliver(
     # Backoff doubles from 0.5-1 s: n failures need at least 0.5 * (2**(n-1) - 1) seconds.
     # Restarting without backoff would fail thousands of times in the same time.
     assert last.restart_count <= 1 + math.log2(2 * elapsed_s + 1) + 1
-    kafka = [r for r in await query(database_url, trigger_rows) if "Kafka" in r.classpath]
+    kafka = [r for r in await deployment.query(trigger_rows) if "Kafka" in r.classpath]
     assert [(r.restart_count, r.last_error) for r in kafka] == [(0, None)]
-    assert len(await query(database_url, lambda s: events_of(s, "orders"))) == 2
-    assert await query(database_url, lambda s: events_of(s, "flaky_source")) == []
+    assert len(await deployment.query(lambda s: events_of(s, "orders"))) == 2
+    assert await deployment.query(lambda s: events_of(s, "flaky_source")) == []
 
 
 GOOD = """
@@ -247,24 +211,18 @@ def broken(spark, context)
 
 
 async def test_broken_pipeline_file_is_reported_and_the_good_one_runs(
-    tmp_path: Path, kafka_broker: str, make_topic: MakeTopic, spark_remote: str
+    deployment: Deployment,
 ) -> None:
-    topic = await make_topic()
-    database_url = f"sqlite:///{tmp_path / 'triggerer.db'}"
-    folder = tmp_path / "pipelines"
-    write_pipelines(folder, (ORDERS + GOOD).format(bootstrap=kafka_broker, topic=topic))
-    broken = write_pipelines(folder, BROKEN, name="broken.py")
-    settings = daemon_settings(tmp_path, database_url, spark_remote)
+    deployment.write_pipelines(ORDERS + GOOD)
+    broken = deployment.write_pipelines(BROKEN, name="broken.py")
 
     with capture_logs() as logs:
-        async with running_daemon(settings):
-            await produce_json(kafka_broker, topic, [{"n": 1}])
-            finished = await wait_for(
-                database_url, runs, lambda rs: by_pipeline(rs) == {"good": ["success"]}
-            )
+        async with deployment.running():
+            await deployment.produce([{"n": 1}])
+            finished = await wait_for_runs(deployment, {"good": ["success"]})
 
     assert finished[0].pipeline_id == "good"
-    assert await query(database_url, lambda s: pipeline_row(s, "broken")) is None
+    assert await deployment.query(lambda s: pipeline_row(s, "broken")) is None
     failures = [e for e in logs if e["event"] == "pipeline_file_failed"]
     assert failures, logs
     assert all(e["log_level"] == "error" for e in failures)
@@ -289,44 +247,34 @@ BASE = """
 
 
 async def test_pipeline_files_added_and_removed_while_running_are_picked_up(
-    tmp_path: Path, kafka_broker: str, make_topic: MakeTopic, spark_remote: str
+    deployment: Deployment,
 ) -> None:
-    topic = await make_topic()
-    database_url = f"sqlite:///{tmp_path / 'triggerer.db'}"
-    folder = tmp_path / "pipelines"
-    write_pipelines(folder, (ORDERS + BASE).format(bootstrap=kafka_broker, topic=topic))
-    settings = daemon_settings(tmp_path, database_url, spark_remote)
+    deployment.write_pipelines(ORDERS + BASE)
 
-    async with running_daemon(settings):
-        assert await query(database_url, lambda s: pipeline_row(s, "late")) is None
-        late_file = write_pipelines(folder, LATE, name="late.py")
-        row = await wait_for(
-            database_url, lambda s: pipeline_row(s, "late"), lambda r: r is not None, timeout_s=30
+    async with deployment.running():
+        assert await deployment.query(lambda s: pipeline_row(s, "late")) is None
+        late_file = deployment.write_pipelines(LATE, name="late.py")
+        row = await deployment.wait_for(
+            lambda s: pipeline_row(s, "late"), lambda r: r is not None, timeout_s=30
         )
         assert row.is_active
-        await produce_json(kafka_broker, topic, [{"n": 1}])
-        await wait_for(
-            database_url,
-            runs,
-            lambda rs: by_pipeline(rs) == {"base": ["success"], "late": ["success"]},
-        )
+        await deployment.produce([{"n": 1}])
+        await wait_for_runs(deployment, {"base": ["success"], "late": ["success"]})
 
         late_file.unlink()
-        await wait_for(
-            database_url,
+        await deployment.wait_for(
             lambda s: pipeline_row(s, "late"),
             lambda r: r is not None and not r.is_active,
             timeout_s=30,
         )
-        await produce_json(kafka_broker, topic, [{"n": 2}])
-        finished = await wait_for(
-            database_url,
+        await deployment.produce([{"n": 2}])
+        finished = await deployment.wait_for(
             runs,
             lambda rs: by_pipeline(rs).get("base") == ["success", "success"],
         )
 
     assert by_pipeline(finished) == {"base": ["success", "success"], "late": ["success"]}
-    assert await query(database_url, lambda s: queued_events(s, "late")) == []
+    assert await deployment.query(lambda s: queued_events(s, "late")) == []
 
 
 GATED = """
@@ -341,35 +289,28 @@ GATED = """
 
 
 async def test_paused_pipeline_queues_nothing_and_runs_again_once_unpaused(
-    tmp_path: Path, kafka_broker: str, make_topic: MakeTopic, spark_remote: str
+    deployment: Deployment,
 ) -> None:
-    topic = await make_topic()
-    database_url = f"sqlite:///{tmp_path / 'triggerer.db'}"
-    write_pipelines(
-        tmp_path / "pipelines", (ORDERS + GATED).format(bootstrap=kafka_broker, topic=topic)
-    )
-    settings = daemon_settings(tmp_path, database_url, spark_remote)
-    env = daemon_env(tmp_path, database_url, spark_remote)
+    deployment.write_pipelines(ORDERS + GATED)
+    env = deployment.env()
 
-    async with running_daemon(settings):
+    async with deployment.running():
         paused = await triggerer_cli(env, "pipelines", "pause", "gated")
         assert paused.returncode == 0, paused.stderr
-        assert (await query(database_url, lambda s: pipeline_row(s, "gated"))).paused
-        await produce_json(kafka_broker, topic, [{"n": 1}])
-        await wait_for(database_url, runs, lambda rs: by_pipeline(rs) == {"ungated": ["success"]})
-        assert await query(database_url, lambda s: queued_events(s, "gated")) == []
+        assert (await deployment.query(lambda s: pipeline_row(s, "gated"))).paused
+        await deployment.produce([{"n": 1}])
+        await wait_for_runs(deployment, {"ungated": ["success"]})
+        assert await deployment.query(lambda s: queued_events(s, "gated")) == []
 
         unpaused = await triggerer_cli(env, "pipelines", "unpause", "gated")
         assert unpaused.returncode == 0, unpaused.stderr
-        await produce_json(kafka_broker, topic, [{"n": 2}])
-        finished = await wait_for(
-            database_url,
-            runs,
-            lambda rs: by_pipeline(rs) == {"ungated": ["success", "success"], "gated": ["success"]},
+        await deployment.produce([{"n": 2}])
+        finished = await wait_for_runs(
+            deployment, {"ungated": ["success", "success"], "gated": ["success"]}
         )
 
-    orders = await query(database_url, lambda s: events_of(s, "orders"))
+    orders = await deployment.query(lambda s: events_of(s, "orders"))
     assert [e.extra["payload"]["value"] for e in orders] == [{"n": 1}, {"n": 2}]
     (gated,) = [r for r in finished if r.pipeline_id == "gated"]
     # The run after unpausing consumed only the event that arrived after it.
-    assert (await query(database_url, consumed))[gated.run_id] == [orders[1].id]
+    assert (await deployment.query(consumed))[gated.run_id] == [orders[1].id]

@@ -15,6 +15,7 @@ from tests.e2e.daemon import (
     query,
     running_daemon,
     runs,
+    sqlite_url,
     wait_for,
     write_pipelines,
 )
@@ -52,7 +53,7 @@ async def test_sqs_message_runs_pipeline_and_downstream(
     tmp_path: Path, moto_server: str, make_sqs_queue: MakeQueue, spark_remote: str
 ) -> None:
     queue_url = await make_sqs_queue()
-    database_url = f"sqlite:///{tmp_path / 'triggerer.db'}"
+    database_url = sqlite_url(tmp_path)
     write_pipelines(
         tmp_path / "pipelines", PIPELINES.format(queue_url=queue_url, endpoint=moto_server)
     )
