@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Insert, and_, literal, select, union
+from sqlalchemy import Insert, and_, insert, select, union
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -44,6 +45,7 @@ class RecordedEvent:
     id: int
     asset_id: int
     dedup_key: str | None
+    partition_key: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -79,51 +81,66 @@ async def record_events(session: AsyncSession, new_events: Sequence[NewEvent]) -
         for e in new_events
     ]
     statement = _insert_ignoring_duplicates(session, AssetEvent).returning(
-        AssetEvent.id, AssetEvent.asset_id, AssetEvent.dedup_key
+        AssetEvent.id, AssetEvent.asset_id, AssetEvent.dedup_key, AssetEvent.partition_key
     )
     result = await session.execute(statement, rows)
     events = [RecordedEvent(*row) for row in result.all()]
-    queued = await _queue(session, [e.id for e in events], now)
+    queued = await _queue(session, events, now)
     return Recorded(events, len(new_events) - len(events), queued)
 
 
-async def _queue(session: AsyncSession, event_ids: list[int], now: Any) -> set[str]:
-    if not event_ids:
-        return set()
-    consumer = and_(
-        Pipeline.paused.is_(False),
-        Pipeline.is_active.is_(True),
-        Pipeline.partitioned == AssetEvent.partition_key.is_not(None),
-    )
-    columns = (
-        Pipeline.pipeline_id,
-        AssetEvent.asset_id,
-        AssetEvent.id,
-        AssetEvent.partition_key,
-        literal(now, QueuedEvent.created_at.type),
-    )
+async def _queue(session: AsyncSession, events: list[RecordedEvent], now: datetime) -> set[str]:
+    consumers = await _consumers(session, {event.asset_id for event in events})
+    rows: list[dict[str, Any]] = [
+        {
+            "pipeline_id": pipeline_id,
+            "asset_id": event.asset_id,
+            "event_id": event.id,
+            "partition_key": event.partition_key,
+            "created_at": now,
+        }
+        for event in events
+        for pipeline_id, partitioned in consumers.get(event.asset_id, ())
+        if partitioned == (event.partition_key is not None)
+    ]
+    if rows:
+        # New events have no queue rows yet: a plain batched insert, nothing to conflict with.
+        await session.execute(insert(QueuedEvent), rows)
+    return {row["pipeline_id"] for row in rows}
+
+
+async def _consumers(
+    session: AsyncSession, asset_ids: set[int]
+) -> dict[int, set[tuple[str, bool]]]:
+    """For each asset, the (pipeline id, partitioned) of the pipelines that consume it now."""
+    if not asset_ids:
+        return {}
+    consuming = and_(Pipeline.paused.is_(False), Pipeline.is_active.is_(True))
     direct = (
-        select(*columns)
-        .join(PipelineAssetRef, PipelineAssetRef.asset_id == AssetEvent.asset_id)
+        select(PipelineAssetRef.asset_id, Pipeline.pipeline_id, Pipeline.partitioned)
         .join(Pipeline, Pipeline.pipeline_id == PipelineAssetRef.pipeline_id)
-        .where(AssetEvent.id.in_(event_ids), PipelineAssetRef.role == RefRole.SCHEDULE, consumer)
+        .where(
+            PipelineAssetRef.asset_id.in_(asset_ids),
+            PipelineAssetRef.role == RefRole.SCHEDULE,
+            consuming,
+        )
     )
     through_alias = (
-        select(*columns)
-        .join(AssetAliasAsset, AssetAliasAsset.asset_id == AssetEvent.asset_id)
+        select(AssetAliasAsset.asset_id, Pipeline.pipeline_id, Pipeline.partitioned)
         .join(PipelineAliasRef, PipelineAliasRef.alias_id == AssetAliasAsset.alias_id)
         .join(Pipeline, Pipeline.pipeline_id == PipelineAliasRef.pipeline_id)
-        .where(AssetEvent.id.in_(event_ids), PipelineAliasRef.role == RefRole.SCHEDULE, consumer)
-    )
-    statement = (
-        _insert_ignoring_duplicates(session, QueuedEvent)
-        .from_select(
-            ["pipeline_id", "asset_id", "event_id", "partition_key", "created_at"],
-            union(direct, through_alias),
+        .where(
+            AssetAliasAsset.asset_id.in_(asset_ids),
+            PipelineAliasRef.role == RefRole.SCHEDULE,
+            consuming,
         )
-        .returning(QueuedEvent.pipeline_id)
     )
-    return set((await session.scalars(statement)).all())
+    consumers: dict[int, set[tuple[str, bool]]] = {}
+    for asset_id, pipeline_id, partitioned in (
+        await session.execute(union(direct, through_alias))
+    ).all():
+        consumers.setdefault(asset_id, set()).add((pipeline_id, partitioned))
+    return consumers
 
 
 def _insert_ignoring_duplicates(session: AsyncSession, table: type[Any]) -> Insert:
