@@ -65,7 +65,6 @@ class Service:
             backoff_max_s=settings.daemon.restart_backoff_max_s,
             lease_poll_s=interval_s,
         )
-        self.load_errors: list[str] = []
 
     def _run_created(self) -> None:
         self.launcher.wake()
@@ -75,7 +74,6 @@ class Service:
         loaded: LoadedPipelines = await anyio.to_thread.run_sync(
             load_pipelines, Path(self.settings.pipelines.dir)
         )
-        self.load_errors = [str(error) for error in loaded.errors]
         for error in loaded.errors:
             log.error("pipeline_file_failed", error=str(error))
         async with self.sessions.begin() as session:
