@@ -83,6 +83,9 @@ class KafkaTrigger(BaseEventTrigger):
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     commit_interval_ms: int = 1_000
+    #: How long the broker may hold a fetch that has no data yet (Kafka answers as soon as data
+    #: arrives; a broker that does not, like the tansu test broker, adds up to this latency).
+    fetch_max_wait_ms: int = 500
 
     #: Counters for the daemon's ``/watchers``: messages received, events yielded, messages
     #: filtered, sent to the dead-letter topic, and acknowledgements that took effect.
@@ -387,6 +390,7 @@ class KafkaTrigger(BaseEventTrigger):
                 enable_auto_commit=False,
                 session_timeout_ms=self.session_timeout_ms,
                 heartbeat_interval_ms=self.heartbeat_interval_ms,
+                fetch_max_wait_ms=self.fetch_max_wait_ms,
                 **self._security_options(),
             )
             consumer.subscribe(self.topics, listener=_Listener(self))

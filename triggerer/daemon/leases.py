@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -53,5 +53,16 @@ class Leases:
         return True
 
     async def renew(self) -> set[str]:
-        """Renew every held lease; the names that were lost."""
-        return {name for name in list(self.held) if not await self.claim(name)}
+        """Renew every held lease in one statement; the names that were lost."""
+        if not self.held:
+            return set()
+        async with self._sessions.begin() as session:
+            renewed = await session.scalars(
+                update(models.Lease)
+                .where(models.Lease.name.in_(self.held), models.Lease.owner == self._owner)
+                .values(expires_at=utcnow() + self._ttl)
+                .returning(models.Lease.name)
+            )
+            lost = self.held - set(renewed.all())
+        self.held -= lost
+        return lost
