@@ -27,19 +27,22 @@ Parts:
   poll. The launcher is replaced by a no-op, so runs are created and stay queued (the pipeline's
   ``max_active_runs`` is high) and no run process adds CPU noise. Run twice: as shipped, and with
   aiokafka's ``fetch_max_wait_ms`` patched to 10 ms, which separates what the broker's long poll
-  costs (tansu answers a waiting fetch late, see the raw aiokafka rows) from the daemon's own
-  cost. Goal: produce to run created p50 <= 20 ms, p99 <= 100 ms.
+  costs (tansu answers a waiting fetch late) from the daemon's own cost; a plain aiokafka
+  consumer (50 messages, both settings) gives the broker's floor. The first three messages warm
+  up and are left out. Goal: produce to run created p50 <= 20 ms, p99 <= 100 ms.
 - ``spark_local`` / ``spark_connect``: the same with the real launcher, waiting for each run to
   end before the next message. Connect uses a warm server (``deploy.local.services``) and
   leaves out its first, cold, run.
 - ``throughput_sqlite`` / ``throughput_postgresql``: pre-produced messages (4 partitions) into
   committed events with queue rows; the consumer pipeline is scheduled on ``[orders, never]``,
   so no run starts. Rate from the commit that passes 10% of the events to the last one (also
-  per half, since the queue grows). Baselines on fresh databases, same rows and batch size, one
-  transaction per batch: ``record_events`` alone (the ingest SQL, without Kafka or the rest of
-  the daemon), and plain Core INSERTs of ``asset_event`` rows (no dedup, RETURNING or queue
-  rows): one multi-row ``insert().values(rows)`` per batch, and ``execute(insert(), rows)``.
-  Goal: >= 10,000 events/s on PostgreSQL.
+  per half, since the queue grows), and how busy ingest and the scheduler were; then the median
+  scheduler pass over the full queue, measured on its own. Baselines on fresh databases, same
+  rows and batch size, one transaction per batch: ``record_events`` alone (the ingest SQL,
+  without Kafka or the rest of the daemon; at most 30 s), and plain Core INSERTs of
+  ``asset_event`` rows (no dedup, RETURNING or queue rows): one multi-row
+  ``insert().values(rows)`` per batch, and ``execute(insert(), rows)``. Goal: >= 10,000
+  events/s on PostgreSQL.
 - ``idle_kafka`` / ``idle_file``: N assets, each with its own trigger (KafkaTrigger on its own
   topic and consumer group, or FileTrigger on its own folder), in one daemon; RSS and CPU of
   the daemon's process (not the broker) over an idle period once every trigger runs, and how
@@ -54,7 +57,6 @@ import contextlib
 import functools
 import itertools
 import json
-import math
 import os
 import random
 import subprocess
@@ -62,9 +64,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 from unittest import mock
 
 import anyio
@@ -77,21 +79,30 @@ from sqlalchemy.ext.asyncio import AsyncSession
 if __package__ in (None, ""):  # run as a script: put the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import triggerer.daemon.service as service_module
 import watchers.kafka
 from deploy.local.services import spark_connect, tansu
 from tests.benchmarks.bench_kafka import MESSAGE_BYTES, PARTITIONS, create_topics, produce, rss_mb
-from tests.e2e.daemon import running_daemon, write_pipelines
+from tests.benchmarks.daemon_probe import (
+    Probe,
+    cpu_s,
+    cpu_ticks,
+    daemon,
+    machine_busy_percent,
+    percentile,
+    process_status,
+    spread_ms,
+    wait_assigned,
+)
+from tests.e2e.daemon import write_pipelines
 from triggerer.config import LoggingSettings, Settings
 from triggerer.daemon.registry import sync_definitions
-from triggerer.daemon.service import Service
+from triggerer.daemon.scheduler import Scheduler
 from triggerer.events import NewEvent, record_events
 from triggerer.loader import load_pipelines
 from triggerer.logs import configure_logging
 from triggerer.store import create_engine, models, session_factory, upgrade
 from triggerer.store.models import EventSource
 from triggerer.store.types import utcnow
-from watchers.kafka import KafkaTrigger
 
 PARTS = (
     "idle_kafka",
@@ -124,7 +135,10 @@ RAW_LATENCY_MESSAGES = 50
 GAP_SEED = 20_260_316
 FAST_FETCH_MAX_WAIT_MS = 10
 WARM = 0.1
-HEARTBEAT_WAIT_S = 90.0
+HEARTBEAT_WAIT_S = 60.0
+SETTLE_S = 5.0
+RECORD_EVENTS_MAX_S = 30.0
+SCHEDULER_PASSES = 5
 GROUP_OPTIONS = "session_timeout_ms=6000, heartbeat_interval_ms=1000"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -188,146 +202,6 @@ KAFKA_IDLE_TRIGGER = "KafkaTrigger(bootstrap_servers={bootstrap!r}, topics=[sour
 FILE_IDLE_TRIGGER = "FileTrigger(source)"
 
 
-# -- instrumentation
-
-
-class Commit(NamedTuple):
-    """One ingest transaction: when it ran, events recorded so far, process CPU seconds."""
-
-    started: float
-    ended: float
-    recorded: int
-    cpu: float
-
-
-class Probe:
-    """What the instrumented daemon saw, with ``time.time()`` stamps; waiters wake on changes."""
-
-    def __init__(self, *, launch_runs: bool = True) -> None:
-        self.launch_runs = launch_runs
-        self.service: Service | None = None
-        self.consumed: dict[tuple[int, int], float] = {}
-        self.committed: dict[tuple[int, int], float] = {}
-        self.created: list[float] = []
-        self.commits: list[Commit] = []
-        self.schedule_s: list[tuple[float, float]] = []  # (started, seconds) per pass
-        self.heartbeats: list[tuple[float, float]] = []  # start, end
-        self._changed = anyio.Event()
-
-    def notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    async def wait_created(self, count: int, timeout_s: float) -> None:
-        await self.wait_until(lambda: len(self.created) >= count, timeout_s)
-
-    async def wait_until(self, done: Callable[[], bool], timeout_s: float) -> None:
-        with anyio.fail_after(timeout_s):
-            while not done():
-                await self._changed.wait()
-
-    @property
-    def running(self) -> Service:
-        assert self.service is not None, "the daemon has not started"
-        return self.service
-
-    def triggers(self) -> list[Any]:
-        return [watched.trigger for watched in self.running.registry.triggers.values()]
-
-
-def _payload_key(payload: Any) -> tuple[int, int] | None:
-    if isinstance(payload, dict) and "offset" in payload:
-        return payload["partition"], payload["offset"]
-    return None
-
-
-@contextlib.contextmanager
-def instrumented(probe: Probe) -> Iterator[None]:
-    """``serve()`` builds an instrumented ``Service`` while this is active."""
-
-    class InstrumentedService(Service):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            probe.service = self
-            self._wrap_ingest()
-            self._wrap_scheduler()
-            self._wrap_heartbeat()
-            if not probe.launch_runs:
-                self.launcher.run = _no_launch  # type: ignore[method-assign]
-
-        def _run_created(self) -> None:
-            probe.created.append(time.time())
-            probe.notify()
-            super()._run_created()
-
-        async def reload(self, task_group: anyio.abc.TaskGroup) -> None:
-            await super().reload(task_group)
-            for trigger in probe.triggers():
-                if isinstance(trigger, KafkaTrigger) and "_event" not in vars(trigger):
-                    trigger._event = _stamped_event(trigger._event, probe)  # type: ignore[method-assign]
-
-        def _wrap_ingest(self) -> None:
-            commit = self.ingest._commit
-
-            async def timed_commit(batch: list[Any]) -> None:
-                started = time.time()
-                await commit(batch)
-                ended = time.time()
-                for _, event in batch:
-                    key = _payload_key(event.payload)
-                    if key is not None:
-                        probe.committed.setdefault(key, ended)
-                recorded = self.ingest.events_recorded
-                probe.commits.append(Commit(started, ended, recorded, time.process_time()))
-                probe.notify()
-
-            self.ingest._commit = timed_commit  # type: ignore[method-assign]
-
-        def _wrap_scheduler(self) -> None:
-            schedule = self.scheduler.schedule
-
-            async def timed_schedule(*args: Any) -> int:
-                started, clock = time.time(), time.perf_counter()
-                try:
-                    return await schedule(*args)
-                finally:
-                    probe.schedule_s.append((started, time.perf_counter() - clock))
-
-            self.scheduler.schedule = timed_schedule  # type: ignore[method-assign]
-
-        def _wrap_heartbeat(self) -> None:
-            heartbeat = self.heartbeat
-
-            async def timed_heartbeat() -> None:
-                started = time.time()
-                await heartbeat()
-                probe.heartbeats.append((started, time.time()))
-
-            self.heartbeat = timed_heartbeat  # type: ignore[method-assign]
-
-    with mock.patch.object(service_module, "Service", InstrumentedService):
-        yield
-
-
-async def _no_launch(task_group: anyio.abc.TaskGroup) -> None:
-    """Replaces ``Launcher.run`` in the latency part: runs are created and stay queued."""
-
-
-def _stamped_event(event: Callable[..., Any], probe: Probe) -> Callable[..., Any]:
-    def stamped(record: Any, *args: Any) -> Any:
-        probe.consumed.setdefault((record.partition, record.offset), time.time())
-        return event(record, *args)
-
-    return stamped
-
-
-@contextlib.asynccontextmanager
-async def daemon(settings: Settings, probe: Probe) -> AsyncIterator[Service]:
-    with instrumented(probe):
-        async with running_daemon(settings):
-            yield probe.running
-
-
 def make_settings(workdir: Path, database_url: str, **spark: Any) -> Settings:
     return Settings.model_validate(
         {
@@ -337,62 +211,6 @@ def make_settings(workdir: Path, database_url: str, **spark: Any) -> Settings:
             "logging": {"level": "WARNING"},
         }
     )
-
-
-async def wait_assigned(probe: Probe, timeout_s: float = 120.0) -> None:
-    """Until every KafkaTrigger of the daemon owns its partitions (group joins are not
-    notified: poll them)."""
-    with anyio.fail_after(timeout_s):
-        while not all(  # noqa: ASYNC110 - group joins have no notification
-            t.assignment for t in probe.triggers() if isinstance(t, KafkaTrigger)
-        ):
-            await anyio.sleep(0.1)
-
-
-# -- statistics
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile: the smallest value with at least ``q``% of values at or below."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
-def spread_ms(values_s: list[float]) -> dict[str, float]:
-    values = [v * 1000 for v in values_s]
-    return {
-        "p50": round(percentile(values, 50), 1),
-        "p99": round(percentile(values, 99), 1),
-        "max": round(max(values), 1),
-    }
-
-
-def cpu_s() -> float:
-    return time.process_time()
-
-
-def cpu_ticks() -> tuple[int, int]:
-    """Busy and total CPU ticks of the whole machine (all processes, all CPUs)."""
-    user, nice, system, idle, iowait, irq, softirq, steal = map(
-        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-    )
-    busy = user + nice + system + irq + softirq + steal
-    return busy, busy + idle + iowait
-
-
-def machine_busy_percent(before: tuple[int, int]) -> float:
-    busy, total = cpu_ticks()
-    return round(100 * (busy - before[0]) / max(1, total - before[1]), 1)
-
-
-def process_status() -> dict[str, int]:
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name == "Threads":
-            fields["threads"] = int(value)
-    fields["open_fds"] = len(os.listdir("/proc/self/fd"))
-    return fields
 
 
 # -- latency
@@ -484,7 +302,7 @@ async def daemon_latency(
         ),
     )
     settings = make_settings(workdir, database_url)
-    probe = Probe(launch_runs=False)
+    probe = Probe(launch_runs=False, per_message=True)
     gaps = random.Random(GAP_SEED)  # noqa: S311 - benchmark jitter, not security
     patch: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if fetch_max_wait_ms is not None:
@@ -630,7 +448,7 @@ async def _spark_runs(
         ),
     )
     settings = make_settings(workdir, database_url, **spark)
-    probe = Probe()
+    probe = Probe(per_message=True)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     produced: list[float] = []
@@ -733,12 +551,15 @@ async def part_throughput(args: argparse.Namespace, workdir: Path, backend: str)
     count = args.throughput_messages
     with database(backend, workdir, args.pg_url, "daemon") as database_url:
         result = await _daemon_throughput(args, workdir, database_url, count)
+        result["scheduler_pass_ms_with_full_queue"] = await scheduler_pass_ms(
+            database_url, workdir / "pipelines"
+        )
     batch_size = result["batch_size"]
-    baselines: dict[str, float] = {}
     with database(backend, workdir, args.pg_url, "record") as database_url:
-        baselines["record_events_loop"] = await record_events_loop(
+        result["record_events_alone"] = await record_events_loop(
             database_url, workdir / "pipelines", count, args.topic, batch_size
         )
+    baselines: dict[str, float] = {}
     for name, many in (("raw_multi_values_insert", False), ("raw_executemany_insert", True)):
         with database(backend, workdir, args.pg_url, name) as database_url:
             baselines[name] = await raw_insert(database_url, count, args.topic, batch_size, many)
@@ -776,7 +597,6 @@ async def _daemon_throughput(
     half = next(c for c in commits if c.recorded >= count / 2)
     last = commits[-1]
     steady_s = last.ended - warm.ended
-    scheduler_s = sum(d for at, d in probe.schedule_s if at >= warm.ended)
     counts = await _counts(database_url)
     if counts != {"asset_event": count, "queued_event": count, "run": 0}:
         raise AssertionError(f"expected {count} events and queue rows and no run, got {counts}")
@@ -799,9 +619,7 @@ async def _daemon_throughput(
             100 * sum(c.ended - c.started for c in commits if c.started >= warm.ended) / steady_s,
             1,
         ),
-        "scheduler_passes": len(probe.schedule_s),
-        "scheduler_busy_percent": round(100 * scheduler_s / steady_s, 1),
-        "scheduler_max_pass_ms": round(max(d for _, d in probe.schedule_s) * 1000, 1),
+        "scheduler_passes": probe.scheduler_passes,
         "daemon_cpu_percent": round(100 * (last.cpu - warm.cpu) / steady_s, 1),
         "machine_cpu_busy_percent": machine_percent,
         "duplicates": duplicates,
@@ -847,9 +665,10 @@ def dedup_key(extra: dict[str, Any]) -> str:
 
 async def record_events_loop(
     database_url: str, pipelines: Path, count: int, topic: str, batch_size: int
-) -> float:
-    """Events per second of ``record_events`` alone (the ingest transaction without Kafka,
-    the memory stream, acks or the scheduler), one transaction per batch."""
+) -> dict[str, Any]:
+    """``record_events`` alone (the ingest transaction without Kafka, the memory stream, acks
+    or the scheduler), one transaction per batch, on the same pipelines; stops after
+    ``RECORD_EVENTS_MAX_S``. The rate of the last tenth shows how it scales with table size."""
     await upgrade(database_url)
     engine = create_engine(database_url)
     sessions = session_factory(engine)
@@ -859,7 +678,7 @@ async def record_events_loop(
         async with sessions.begin() as session:
             registry = await sync_definitions(session, loaded)
         (watched,) = registry.triggers.values()
-        started = time.perf_counter()
+        done: list[tuple[float, int]] = [(time.perf_counter(), 0)]
         for first in range(0, count, batch_size):
             events = [
                 NewEvent(
@@ -873,9 +692,39 @@ async def record_events_loop(
             ]
             async with sessions.begin() as session:
                 await record_events(session, events)
-        return count / (time.perf_counter() - started)
+            done.append((time.perf_counter(), first + len(events)))
+            if done[-1][0] - done[0][0] > RECORD_EVENTS_MAX_S:
+                break
     finally:
         await engine.dispose()
+    (started, _), (ended, events_done) = done[0], done[-1]
+    tenth = done[-max(2, len(done) // 10)]
+    return {
+        "events": events_done,
+        "events_per_s": round(events_done / (ended - started)),
+        "last_tenth_events_per_s": round((events_done - tenth[1]) / (ended - tenth[0])),
+    }
+
+
+async def scheduler_pass_ms(database_url: str, pipelines: Path) -> float:
+    """Median time of a scheduler pass over the consumer pipeline, whose queue is full and
+    whose condition does not hold (what each ingest commit wakes the scheduler to do)."""
+    engine = create_engine(database_url)
+    sessions = session_factory(engine)
+    try:
+        loaded = await anyio.to_thread.run_sync(load_pipelines, pipelines)
+        async with sessions.begin() as session:
+            registry = await sync_definitions(session, loaded)
+        scheduler = Scheduler(sessions, lambda: registry, lambda: None)
+        pipeline = registry.pipelines["consumer"]
+        passes = []
+        for _ in range(SCHEDULER_PASSES):
+            started = time.perf_counter()
+            await scheduler.schedule(pipeline, registry)
+            passes.append(time.perf_counter() - started)
+    finally:
+        await engine.dispose()
+    return round(percentile(passes, 50) * 1000, 1)
 
 
 async def raw_insert(
@@ -945,8 +794,8 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
         if kind == "kafka":
             await wait_assigned(probe, timeout_s=300)
         ready = time.time()
-        # Settle past the first poll (FileTrigger) and heartbeats before measuring.
-        await anyio.sleep(settings.daemon.heartbeat_interval_s)
+        # Settle past the first FileTrigger poll and consumer heartbeats before measuring.
+        await anyio.sleep(SETTLE_S)
         rss_started, wall, cpu, machine = rss_mb(), time.time(), cpu_s(), cpu_ticks()
         await anyio.sleep(args.idle_seconds)
         ended = time.time()
@@ -964,6 +813,7 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
         stopping = time.time()
     heartbeats = [(a, b) for a, b in probe.heartbeats if a >= ready and b <= stopping]
     durations = [b - a for a, b in heartbeats]
+    renewals = [b - a for a, b in probe.lease_renewals if a >= ready and b <= stopping]
     window = [b - a for a, b in heartbeats if a >= wall and b <= ended]
     return {
         "trigger": "KafkaTrigger (own topic and group)" if kind == "kafka" else "FileTrigger",
@@ -983,6 +833,9 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
         "heartbeats_measured": len(durations),
         "heartbeats_in_idle_window": len(window),
         "heartbeat_mean_ms": round(1000 * sum(durations) / len(durations)) if durations else None,
+        "of_which_lease_renewal_mean_ms": round(1000 * sum(renewals) / len(renewals))
+        if renewals
+        else None,
         "heartbeat_max_staleness_s": round(
             max((b2 - a1 for (a1, _), (_, b2) in itertools.pairwise(heartbeats)), default=0), 1
         ),
@@ -1086,7 +939,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-gap-ms",
         type=float,
-        default=250.0,
+        default=150.0,
         help="latency: pause a random 0..this long after each message is processed, so messages "
         "land at random points of the consumer's long-poll cycle",
     )
