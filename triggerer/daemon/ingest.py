@@ -43,18 +43,8 @@ class Ingest:
         self.events_recorded = 0
         self.duplicates = 0
 
-    async def run(self, deliveries: MemoryObjectReceiveStream[Delivery], *, workers: int) -> None:
-        """Consume ``deliveries`` until every sender has closed, draining what is left.
-
-        ``workers`` transactions run at once (PostgreSQL gains from several; SQLite has one
-        writer). Acks may then arrive out of order, which the triggers handle.
-        """
-        async with anyio.create_task_group() as group:
-            for _ in range(workers - 1):
-                group.start_soon(self._consume, deliveries.clone())
-            group.start_soon(self._consume, deliveries)
-
-    async def _consume(self, deliveries: MemoryObjectReceiveStream[Delivery]) -> None:
+    async def run(self, deliveries: MemoryObjectReceiveStream[Delivery]) -> None:
+        """Consume ``deliveries`` until every sender has closed, draining what is left."""
         async with deliveries:
             async for first in deliveries:
                 batch = [first]

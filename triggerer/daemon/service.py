@@ -28,7 +28,7 @@ from triggerer.daemon.registry import Registry, sync_definitions
 from triggerer.daemon.scheduler import Scheduler
 from triggerer.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.loader import LoadedPipelines, load_pipelines
-from triggerer.store import async_url, create_engine, models, session_factory, upgrade
+from triggerer.store import create_engine, models, session_factory, upgrade
 from triggerer.store.models import RunState
 from triggerer.store.types import utcnow
 
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 DELIVERY_BUFFER = 10_000
-PG_INGEST_WORKERS = 4
-"""Concurrent ingest transactions on PostgreSQL (measured: 7.6k ev/s with one, 11.6k with 4)."""
 LEASE_HEARTBEATS = 3
 """A lease not renewed for this many heartbeats moves to another instance."""
 
@@ -182,11 +180,7 @@ async def serve(
             await service.reload(task_group)
             await service.heartbeat()
             ingest_done = anyio.Event()
-            sqlite = async_url(settings.database.url).get_backend_name() == "sqlite"
-            workers = 1 if sqlite else PG_INGEST_WORKERS
-            task_group.start_soon(
-                _until_done, service.ingest.run(service._receive, workers=workers), ingest_done
-            )
+            task_group.start_soon(_until_done, service.ingest.run(service._receive), ingest_done)
             task_group.start_soon(service.scheduler.run)
             runs = anyio.create_task_group()
             async with runs:
