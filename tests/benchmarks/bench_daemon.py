@@ -283,21 +283,8 @@ async def daemon_latency(
     max_gap_s: float,
     fetch_max_wait_ms: int | None,
 ) -> dict[str, Any]:
-    topic = f"bench-latency-{uuid.uuid4().hex[:8]}"
-    await create_topics(bootstrap, [topic], 1)
-    database_url = f"sqlite:///{workdir / 'triggerer.db'}"
-    marks = workdir / "marks"
-    marks.mkdir(parents=True)
-    write_pipelines(
-        workdir / "pipelines",
-        LATENCY_PIPELINES.format(
-            marks=str(marks),
-            bootstrap=bootstrap,
-            topic=topic,
-            group=f"{topic}-daemon",
-            options=GROUP_OPTIONS + f", fetch_max_wait_ms={fetch_max_wait_ms or 500}",
-        ),
-    )
+    options = GROUP_OPTIONS + f", fetch_max_wait_ms={fetch_max_wait_ms or 500}"
+    topic, database_url, _ = await _latency_deployment(bootstrap, workdir, "latency", options)
     settings = make_settings(workdir, database_url)
     probe = Probe(launch_runs=False, per_message=True)
     gaps = random.Random(GAP_SEED)  # noqa: S311 - benchmark jitter, not security
@@ -421,12 +408,12 @@ async def part_spark(args: argparse.Namespace, workdir: Path, mode: str) -> dict
         return await _spark_runs(args.bootstrap, workdir, spark, messages, warmup)
 
 
-async def _spark_runs(
-    bootstrap: str, workdir: Path, spark: dict[str, Any], messages: int, warmup: int
-) -> dict[str, Any]:
-    topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
+async def _latency_deployment(
+    bootstrap: str, workdir: Path, name: str, options: str
+) -> tuple[str, str, Path]:
+    """A new topic, a SQLite database and LATENCY_PIPELINES on them: (topic, url, marks dir)."""
+    topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
     await create_topics(bootstrap, [topic], 1)
-    database_url = f"sqlite:///{workdir / 'triggerer.db'}"
     marks = workdir / "marks"
     marks.mkdir(parents=True)
     write_pipelines(
@@ -436,8 +423,17 @@ async def _spark_runs(
             bootstrap=bootstrap,
             topic=topic,
             group=f"{topic}-daemon",
-            options=GROUP_OPTIONS,
+            options=options,
         ),
+    )
+    return topic, f"sqlite:///{workdir / 'triggerer.db'}", marks
+
+
+async def _spark_runs(
+    bootstrap: str, workdir: Path, spark: dict[str, Any], messages: int, warmup: int
+) -> dict[str, Any]:
+    topic, database_url, marks = await _latency_deployment(
+        bootstrap, workdir, "spark", GROUP_OPTIONS
     )
     settings = make_settings(workdir, database_url, **spark)
     probe = Probe(per_message=True)

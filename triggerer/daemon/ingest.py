@@ -40,6 +40,7 @@ class Ingest:
         self._sessions = sessions
         self._on_queued = on_queued
         self._batch_size = batch_size
+        # Totals since start, read by the benchmarks (and later the metrics endpoint).
         self.events_recorded = 0
         self.duplicates = 0
 

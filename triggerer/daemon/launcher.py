@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from triggerer import runner
 from triggerer.assets import Asset, AssetAlias
 from triggerer.daemon.registry import Registry, ensure_alias, ensure_asset
-from triggerer.daemon.scheduler import retry_at
 from triggerer.events import NewEvent, record_events
 from triggerer.store import models
 from triggerer.store.models import EventSource, RunState
@@ -317,3 +317,8 @@ async def _terminate(process: anyio.abc.Process) -> None:
         return
     os.killpg(process.pid, signal.SIGKILL)
     await process.wait()
+
+
+def retry_at(try_number: int, delay_s: float) -> datetime:
+    """When a failed try may run again: ``delay_s`` doubling with each try."""
+    return utcnow() + timedelta(seconds=delay_s * 2 ** max(0, try_number - 1))

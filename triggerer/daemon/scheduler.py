@@ -12,7 +12,7 @@ import dataclasses
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -67,7 +67,6 @@ class Scheduler:
         self._dirty: set[str] = set()
         self._everything = True
         self._woken = anyio.Event()
-        self.runs_created = 0
 
     def wake(self, pipeline_ids: Iterable[str] | None = None) -> None:
         """Ask for an evaluation of ``pipeline_ids`` (all pipelines when ``None``)."""
@@ -109,7 +108,6 @@ class Scheduler:
             if run_id is None:
                 break
             created += 1
-            self.runs_created += 1
             log.info("run_created", pipeline_id=pipeline.pipeline_id, run_id=run_id)
             self._on_run_created()
         return created
@@ -378,8 +376,3 @@ async def _insert_run(
     )
     if deleted.rowcount != len(picked):  # type: ignore[attr-defined]  # CursorResult
         raise ConsumedElsewhere(run_id)
-
-
-def retry_at(try_number: int, delay_s: float) -> datetime:
-    """When a failed try may run again: ``delay_s`` doubling with each try."""
-    return utcnow() + timedelta(seconds=delay_s * 2 ** max(0, try_number - 1))
