@@ -78,7 +78,9 @@ class KafkaTrigger(BaseEventTrigger):
     partition_key_path: str | None = None
     dead_letter_topic: str | None = None
     max_attempts: int = 3
-    max_in_flight: int = 1000
+    #: Events yielded and not yet acknowledged before polling pauses (backpressure); enough for
+    #: the daemon to have one ingest batch being written while the next fills.
+    max_in_flight: int = 5000
     connection: str | None = None
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
@@ -230,14 +232,12 @@ class KafkaTrigger(BaseEventTrigger):
         payload_filter: PayloadFilter | None,
     ) -> TriggerEvent | None:
         """The event of ``record``, ``None`` when filtered; the last error after max_attempts."""
-        attempt = 1
-        while True:
+        for _ in range(self.max_attempts - 1):
             try:
                 return self._event(record, ack, apply, payload_filter)
-            except Exception:
-                if attempt >= self.max_attempts:
-                    raise
-                attempt += 1
+            except Exception:  # noqa: BLE001, S112 - user code may raise anything; tried again
+                continue
+        return self._event(record, ack, apply, payload_filter)
 
     def _event(
         self,
@@ -257,17 +257,19 @@ class KafkaTrigger(BaseEventTrigger):
         }
         if payload_filter is not None and not payload_filter.matches(payload):
             return None
+        make_event = TriggerEvent.of_decoded_json
         if apply is not None:
             payload = apply(payload)
             if payload is None:
                 return None
+            make_event = TriggerEvent  # checks that what the function returned is JSON
         partition_key = None
         if self.partition_key_path is not None:
             value = lookup(payload, self.partition_key_path)
             if isinstance(value, str | int | float) and not isinstance(value, bool):
                 partition_key = str(value)
         dedup_key = f"{record.topic}/{record.partition}/{record.offset}"
-        return TriggerEvent(payload, dedup_key=dedup_key, ack=ack, partition_key=partition_key)
+        return make_event(payload, dedup_key=dedup_key, ack=ack, partition_key=partition_key)
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: Exception) -> None:
         topic = self.dead_letter_topic or f"{record.topic}.dlq"

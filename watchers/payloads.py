@@ -4,31 +4,32 @@ from __future__ import annotations
 
 import base64
 import importlib
-import json
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
+_JSON = msgspec.json.Decoder()
+
 
 def decode_body(raw: bytes | str | None) -> Any:
-    """The decoded JSON when ``raw`` is JSON, else its UTF-8 text, else ``{"base64": ...}``."""
+    """The decoded JSON when ``raw`` is JSON, else its UTF-8 text, else ``{"base64": ...}``.
+
+    What decodes is strict JSON, so the result is always storable as JSON: ``NaN``, numbers
+    that overflow a double and lone surrogate escapes make a body text, not JSON.
+    """
     if raw is None:
         return None
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return {"base64": base64.b64encode(raw).decode("ascii")}
-    else:
-        text = raw
     try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
-        return text
-
-
-def _reject_constant(name: str) -> Any:
-    # NaN and Infinity are not JSON; such a body is kept as text.
-    raise ValueError(f"{name} is not JSON")
+        return _JSON.decode(raw)
+    except msgspec.DecodeError:
+        pass
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(raw).decode("ascii")}
 
 
 def import_callable(dotted_path: str, *, option: str) -> Callable[..., Any]:

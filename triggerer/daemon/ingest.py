@@ -25,6 +25,11 @@ RETRY_BACKOFF_MAX_S = 10.0
 class Ingest:
     """Batches deliveries: one transaction per batch, then the acks, then the scheduler wakes.
 
+    Up to ``commits_in_flight`` batches are committed at once, so the next batch is prepared
+    while the database writes the last one. A batch is formed only once a commit slot is free:
+    what arrives meanwhile waits in the stream and joins it, so batches stay full under load.
+    Batches may commit out of order; acks need no order (Kafka commits contiguous offsets).
+
     A database error keeps the batch and retries it with backoff: nothing is acked until its
     events are committed, so a crash at any point loses nothing, and the dedup key turns a
     redelivery into an ack without a second event.
@@ -36,28 +41,40 @@ class Ingest:
         on_queued: Callable[[set[str]], None],
         *,
         batch_size: int,
+        commits_in_flight: int = 1,
     ) -> None:
         self._sessions = sessions
         self._on_queued = on_queued
         self._batch_size = batch_size
+        self._commit_slots = anyio.Semaphore(commits_in_flight)
         # Totals since start, read by the benchmarks (and later the metrics endpoint).
         self.events_recorded = 0
         self.duplicates = 0
 
     async def run(self, deliveries: MemoryObjectReceiveStream[Delivery]) -> None:
         """Consume ``deliveries`` until every sender has closed, draining what is left."""
-        async with deliveries:
-            async for first in deliveries:
-                batch = [first]
+        async with deliveries, anyio.create_task_group() as commits:
+            while True:
+                await self._commit_slots.acquire()
+                try:
+                    batch = [await deliveries.receive()]
+                except anyio.EndOfStream:
+                    return  # the task group waits for the commits in flight
                 while len(batch) < self._batch_size:
                     try:
                         batch.append(deliveries.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                # Once events are taken off the stream, finish them even during shutdown.
-                with anyio.CancelScope(shield=True):
-                    await self._commit(batch)
-                    await _ack(batch)
+                commits.start_soon(self._commit_and_ack, batch)
+
+    async def _commit_and_ack(self, batch: list[Delivery]) -> None:
+        # Once events are taken off the stream, finish them even during shutdown.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._commit(batch)
+                await _ack(batch)
+            finally:
+                self._commit_slots.release()
 
     async def _commit(self, batch: list[Delivery]) -> None:
         new_events = [

@@ -29,6 +29,7 @@ from triggerer.daemon.scheduler import Scheduler
 from triggerer.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.loader import LoadedPipelines, load_pipelines
 from triggerer.store import create_engine, models, session_factory, upgrade
+from triggerer.store.engine import async_url
 from triggerer.store.models import RunState
 from triggerer.store.types import utcnow
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 DELIVERY_BUFFER = 10_000
+POSTGRESQL_COMMITS_IN_FLIGHT = 2
+"""Ingest transactions at once on PostgreSQL: the daemon prepares one while the server writes
+the other. SQLite has a single writer, so a second transaction there would only wait."""
 LEASE_HEARTBEATS = 3
 """A lease not renewed for this many heartbeats moves to another instance."""
 
@@ -53,7 +57,10 @@ class Service:
         send, self._receive = anyio.create_memory_object_stream[Delivery](DELIVERY_BUFFER)
         self.scheduler = Scheduler(sessions, lambda: self.registry, self._run_created)
         self.ingest = Ingest(
-            sessions, self.scheduler.wake, batch_size=settings.daemon.ingest_batch_size
+            sessions,
+            self.scheduler.wake,
+            batch_size=settings.daemon.ingest_batch_size,
+            commits_in_flight=_commits_in_flight(settings.database.url),
         )
         self.launcher = Launcher(
             sessions, lambda: self.registry, settings, self.instance_id, self.scheduler.wake
@@ -207,6 +214,12 @@ async def serve(
     finally:
         await engine.dispose()
     log.info("shutdown_complete")
+
+
+def _commits_in_flight(database_url: str) -> int:
+    if async_url(database_url).get_backend_name() == "sqlite":
+        return 1
+    return POSTGRESQL_COMMITS_IN_FLIGHT
 
 
 async def _until_done(work: Awaitable[None], done: anyio.Event) -> None:

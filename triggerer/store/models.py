@@ -355,14 +355,15 @@ class QueuedEvent(Base):
     """An event waiting to be consumed by one consuming pipeline.
 
     ``asset_id`` repeats the event's asset so conditions are evaluated from this table alone;
-    ``partition_key`` is the event's key after the pipeline's partition mapper.
+    it has no foreign key of its own: deleting an asset deletes its events, and their queue
+    rows through ``event_id``. ``partition_key`` is the event's key after the pipeline's
+    partition mapper.
     """
 
     __tablename__ = "queued_event"
     __table_args__ = (
         UniqueConstraint("pipeline_id", "event_id"),
         Index("ix_queued_event_pipeline_id_id", "pipeline_id", "id"),
-        Index("ix_queued_event_asset_id", "asset_id"),
         # The scheduler's "has this asset a queued event for this pipeline" probe.
         Index("ix_queued_event_pipeline_id_asset_id_id", "pipeline_id", "asset_id", "id"),
         Index("ix_queued_event_event_id", "event_id"),
@@ -370,7 +371,7 @@ class QueuedEvent(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     pipeline_id: Mapped[str] = mapped_column(ForeignKey("pipeline.pipeline_id", ondelete="CASCADE"))
-    asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
+    asset_id: Mapped[int]
     event_id: Mapped[int] = mapped_column(BigId, ForeignKey("asset_event.id", ondelete="CASCADE"))
     partition_key: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)

@@ -10,6 +10,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, delete, func, inspect, select
@@ -17,6 +18,7 @@ from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from triggerer.store import create_engine, current_revision, head_revision, session_factory, upgrade
+from triggerer.store.migrate import alembic_config
 from triggerer.store.models import (
     NAME_LENGTH,
     Asset,
@@ -110,6 +112,50 @@ async def test_concurrent_upgrades_from_several_processes_are_serialised(
 
     assert [process.returncode for process in processes] == [0, 0, 0], results
     assert await current_revision(database_url) == head_revision()
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
+
+
+def _queue_shape(connection: Connection) -> tuple[set[str | None], set[str | None]]:
+    inspector = inspect(connection)
+    foreign_keys = {key["name"] for key in inspector.get_foreign_keys("queued_event")}
+    indexes = {index["name"] for index in inspector.get_indexes("queued_event")}
+    return foreign_keys, indexes
+
+
+async def test_queue_migration_keeps_queued_rows_both_ways(database_url: str) -> None:
+    await upgrade(database_url, "0001")
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            asset = Asset(name="orders", uri="orders")
+            await _add(session, asset, _pipeline("report"))
+            event = AssetEvent(asset_id=asset.id, source="manual")
+            await _add(session, event)
+            await _add(
+                session, QueuedEvent(pipeline_id="report", asset_id=asset.id, event_id=event.id)
+            )
+
+        await upgrade(database_url)
+        async with engine.connect() as conn:
+            foreign_keys, indexes = await conn.run_sync(_queue_shape)
+            assert "fk_queued_event_asset_id_asset" not in foreign_keys
+            assert "ix_queued_event_asset_id" not in indexes
+            assert await conn.scalar(select(func.count()).select_from(QueuedEvent)) == 1
+
+        async with engine.connect() as conn:
+            await conn.run_sync(_downgrade, "0001")
+        async with engine.connect() as conn:
+            foreign_keys, indexes = await conn.run_sync(_queue_shape)
+            assert "fk_queued_event_asset_id_asset" in foreign_keys
+            assert "ix_queued_event_asset_id" in indexes
+            assert await conn.scalar(select(func.count()).select_from(QueuedEvent)) == 1
+    finally:
+        await engine.dispose()
 
 
 async def test_migration_head_matches_models(migrated_engine: AsyncEngine) -> None:

@@ -309,13 +309,17 @@ async def test_concurrent_receivers(sqs: Any, sqs_queue: str) -> None:
             Entries=[{"Id": str(n), "MessageBody": str(n)} for n in range(start, start + 10)],
         )
     trigger = SqsTrigger(sqs_queue, wait_time_s=1, receivers=4)
+    bodies: dict[str | None, int] = {}
     async with running(trigger) as events:
-        taken = await take(events, 40)
-        for event in taken:
-            assert event.ack is not None
-            await event.ack()
-    assert sorted(event.payload["body"] for event in taken) == list(range(40))
-    assert len({event.dedup_key for event in taken}) == 40
+        # Delivery is at least once: moto may hand one message to two receivers polling at the
+        # same instant (the ingest's dedup key absorbs that), so count distinct messages.
+        with anyio.fail_after(10):
+            while len(bodies) < 40:
+                event = await anext(events)
+                assert event.ack is not None
+                await event.ack()
+                bodies[event.dedup_key] = event.payload["body"]
+    assert sorted(bodies.values()) == list(range(40))
     assert await queue_size(sqs, sqs_queue) == 0
 
 
