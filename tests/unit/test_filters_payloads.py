@@ -25,6 +25,12 @@ from watchers.payloads import decode_body, import_callable
         # only with Binary message attributes (tested against moto in test_sqs.py).
         (b"\xff\xfe\x00", {"base64": "//4A"}),
         (b"\xc3", {"base64": "ww=="}),
+        # Only strict JSON decodes, so what decodes can always be stored as JSON.
+        (b"123456789012345678901234567890", 123456789012345678901234567890),
+        (b"NaN", "NaN"),
+        (b"[1e999]", "[1e999]"),
+        (b'"\\ud800"', '"\\ud800"'),
+        (b'{"a": 1} trailing', '{"a": 1} trailing'),
     ],
 )
 def test_decode_body(raw: bytes | str | None, expected: Any) -> None:

@@ -134,6 +134,20 @@ def test_trigger_event_rejects_nan() -> None:
         TriggerEvent({"value": float("nan")})
 
 
+def test_event_of_decoded_json_equals_the_checked_event() -> None:
+    async def ack() -> None:
+        return None
+
+    event = TriggerEvent.of_decoded_json(
+        {"value": [1, "a"]}, dedup_key="t/0/1", ack=ack, partition_key="p"
+    )
+
+    assert event == TriggerEvent({"value": [1, "a"]}, dedup_key="t/0/1", partition_key="p")
+    assert event.ack is ack
+    with pytest.raises(AttributeError):
+        event.payload = {}  # type: ignore[misc]  # frozen like any event
+
+
 def test_trigger_event_ack_does_not_affect_equality() -> None:
     async def ack() -> None:
         return None
