@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tests.e2e.daemon import (
     DaemonProcess,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from tests.e2e.daemon import Deployment
 
 MESSAGES = 5_000
+PARTITIONS = 3
 STOP_AFTER = 1_000
 """Events committed before the daemon is stopped: well inside the flow of ``MESSAGES``."""
 GRACE_S = 20
@@ -79,9 +81,29 @@ async def flow(deployment: Deployment, daemon: DaemonProcess, signum: int) -> in
         if signum == signal.SIGTERM:
             logged = await anyio.Path(daemon.log_path).read_text()
             assert '"shutdown_complete"' in logged, daemon.tail()
+            # Every stored event's message was acked before the last offset commit: a restart
+            # delivers none of them again.
+            stored = await deployment.query(lambda s: event_count(s, "stream"))
+            assert await committed_offsets(deployment) == stored
         # At once: runs the stopped instance left behind are recovered by the new one.
         daemon.start()
     return committed
+
+
+async def committed_offsets(deployment: Deployment) -> int:
+    """The sum over the topic's partitions of the offsets the daemon's group committed."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=deployment.bootstrap, group_id=f"{deployment.topic}-group"
+    )
+    await consumer.start()
+    try:
+        offsets = [
+            await consumer.committed(TopicPartition(deployment.topic, partition))
+            for partition in range(PARTITIONS)
+        ]
+    finally:
+        await consumer.stop()
+    return sum(offset or 0 for offset in offsets)
 
 
 async def assert_exactly_once(deployment: Deployment, daemon: DaemonProcess) -> None:
@@ -108,7 +130,7 @@ async def assert_exactly_once(deployment: Deployment, daemon: DaemonProcess) -> 
 async def test_kill_9_while_messages_flow_loses_nothing_and_duplicates_nothing(
     database_url: str, make_deployment: MakeDeployment
 ) -> None:
-    deployment = await make_deployment(database_url, partitions=3)
+    deployment = await make_deployment(database_url, partitions=PARTITIONS)
     deployment.write_pipelines(STREAM + TALLY)
     with deployment.process() as daemon:
         await flow(deployment, daemon, signal.SIGKILL)
@@ -120,7 +142,7 @@ async def test_kill_9_while_messages_flow_loses_nothing_and_duplicates_nothing(
 async def test_sigterm_drains_and_a_restart_loses_nothing(
     database_url: str, make_deployment: MakeDeployment
 ) -> None:
-    deployment = await make_deployment(database_url, partitions=3)
+    deployment = await make_deployment(database_url, partitions=PARTITIONS)
     deployment.write_pipelines(STREAM + TALLY)
     with deployment.process(TRIGGERER_DAEMON__SHUTDOWN_GRACE_S=str(GRACE_S)) as daemon:
         await flow(deployment, daemon, signal.SIGTERM)

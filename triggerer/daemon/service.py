@@ -1,6 +1,7 @@
 """The service: one task group holding watchers, ingest, scheduler, launcher and heartbeat.
 
-SIGTERM or SIGINT stops the watchers, lets ingest commit and ack what it holds, gives runs a
+SIGTERM or SIGINT stops the watchers' polling, lets ingest commit and ack what it holds, then
+lets the watchers clean up (so Kafka's last offset commit covers those acks), gives runs a
 grace period, and returns; a second signal exits at once.
 """
 
@@ -72,6 +73,7 @@ class Service:
             self.leases,
             backoff_max_s=settings.daemon.restart_backoff_max_s,
             lease_poll_s=interval_s,
+            drain_timeout_s=settings.daemon.shutdown_grace_s,
         )
 
         # Watcher states as last written, so a heartbeat writes only what changed.
@@ -205,6 +207,7 @@ async def serve(
                 service.launcher.stop_accepting()
                 with anyio.move_on_after(settings.daemon.shutdown_grace_s):
                     await ingest_done.wait()
+                service.supervisor.drained()
                 with anyio.move_on_after(settings.daemon.shutdown_grace_s):
                     await service.launcher.wait_idle()
                 service.launcher.interrupt()

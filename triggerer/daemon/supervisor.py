@@ -48,11 +48,15 @@ class Supervisor:
         *,
         backoff_max_s: float,
         lease_poll_s: float,
+        drain_timeout_s: float,
     ) -> None:
         self._deliveries = deliveries
         self._leases = leases
         self._backoff_max_s = backoff_max_s
         self._lease_poll_s = lease_poll_s
+        self._drain_timeout_s = drain_timeout_s
+        self._stopping = False
+        self._drained = anyio.Event()
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._attempts: dict[int, anyio.CancelScope] = {}
         self._keys: dict[int, str] = {}
@@ -82,11 +86,21 @@ class Supervisor:
                 attempt.cancel()
 
     def stop(self) -> None:
-        """Stop every trigger; their streams close, so ingest drains and ends."""
+        """Stop every trigger's polling; their streams close, so ingest drains and ends.
+
+        A trigger's cleanup then waits for :meth:`drained` (at most the drain timeout): the
+        acks of the events ingest still holds land first, so the final Kafka commit or SQS
+        delete covers them and a restart delivers none of them again.
+        """
+        self._stopping = True
         for scope in self._scopes.values():
             scope.cancel()
         self._scopes.clear()
         self._deliveries.close()
+
+    def drained(self) -> None:
+        """Ingest has committed and acked everything it took: triggers may clean up."""
+        self._drained.set()
 
     async def _supervise(
         self,
@@ -142,6 +156,10 @@ class Supervisor:
             return delay
         finally:
             self._attempts.pop(watched.trigger_id, None)
+            if self._stopping:
+                deliveries.close()  # ingest ends once every trigger's stream is closed
+                with anyio.move_on_after(self._drain_timeout_s, shield=True):
+                    await self._drained.wait()
             with anyio.move_on_after(CLEANUP_TIMEOUT_S, shield=True):
                 await trigger.cleanup()
 
