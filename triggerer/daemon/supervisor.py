@@ -141,7 +141,12 @@ class Supervisor:
                 self._attempts[watched.trigger_id] = attempt
                 async for event in trigger.run():
                     status.last_poll_at = utcnow()
-                    await deliveries.send((watched, event))
+                    try:
+                        # No trip through the event loop per event while the stream has room:
+                        # the trigger's own awaits (a poll) are where others get their turn.
+                        deliveries.send_nowait((watched, event))
+                    except anyio.WouldBlock:
+                        await deliveries.send((watched, event))
                 raise RuntimeError("trigger run() returned; it must run until cancelled")
             return 0.0  # its lease was lost: wait for it again
         # The supervisor is the one place that catches everything: a failing trigger is user

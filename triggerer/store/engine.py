@@ -41,7 +41,8 @@ _SQLITE_PRAGMAS = (
 _JSON = msgspec.json.Encoder()
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
+    """``value`` as the text a JSON column stores."""
     return _JSON.encode(value).decode()
 
 
@@ -49,7 +50,7 @@ def _json_text(value: Any) -> str:
 # every ingested message writes. Payloads and extras are checked as strict JSON before they get
 # here; msgspec would write a NaN as null, never as the invalid literal the json module writes.
 _JSON_CODEC: dict[str, Any] = {
-    "json_serializer": _json_text,
+    "json_serializer": json_text,
     "json_deserializer": msgspec.json.decode,
 }
 
