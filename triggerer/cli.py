@@ -18,6 +18,7 @@ from triggerer.events import NewEvent, record_events
 from triggerer.logs import configure_logging
 from triggerer.store import create_engine, models, session_factory, upgrade
 from triggerer.store.models import EventSource
+from triggerer.store.notices import notify_queued
 from triggerer.store.types import utcnow
 
 _T = TypeVar("_T")
@@ -278,6 +279,7 @@ async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
                 )
             ],
         )
+        await notify_queued(session, recorded.queued_pipelines)  # wakes a running daemon
         queued = ", ".join(sorted(recorded.queued_pipelines)) or "no pipeline"
         _say(f"event {recorded.events[0].id} on {arguments.uri}; queued for {queued}")
         return 0

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from triggerer.schedules import CronPartitionTimetable, PartitionedAssetTimetable, next_tick
 from triggerer.store import models
 from triggerer.store.models import RunState, RunType
+from triggerer.store.notices import notify_runs
 from triggerer.store.types import utcnow
 
 if TYPE_CHECKING:
@@ -198,7 +199,8 @@ class Scheduler:
 async def create_manual_run(
     session: AsyncSession, pipeline_id: str, params: dict[str, Any] | None = None
 ) -> str:
-    """Insert a queued manual run of a known pipeline; the caller commits."""
+    """Insert a queued manual run of a known pipeline; the caller commits, which also wakes
+    the launchers of daemons in other processes (PostgreSQL)."""
     row = await session.get(models.Pipeline, pipeline_id)
     if row is None:
         raise LookupError(f"pipeline {pipeline_id!r} does not exist")
@@ -215,6 +217,7 @@ async def create_manual_run(
         )
     )
     await session.flush()
+    await notify_runs(session)
     return run_id
 
 

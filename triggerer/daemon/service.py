@@ -28,8 +28,9 @@ from triggerer.daemon.leases import Leases
 from triggerer.daemon.registry import Registry, sync_definitions
 from triggerer.daemon.scheduler import Scheduler
 from triggerer.daemon.supervisor import Supervisor, WatcherStatus
+from triggerer.daemon.wakeups import listen
 from triggerer.loader import LoadedPipelines, load_pipelines
-from triggerer.store import create_engine, models, session_factory, upgrade
+from triggerer.store import create_engine, models, notices, session_factory, upgrade
 from triggerer.store.engine import async_url
 from triggerer.store.models import RunState
 from triggerer.store.types import utcnow
@@ -81,6 +82,13 @@ class Service:
 
     def _run_created(self) -> None:
         self.launcher.wake()
+
+    def on_notice(self, payload: str) -> None:
+        """Another process queued a run, or events for pipelines: wake who handles them."""
+        if payload == notices.RUNS:
+            self.launcher.wake()
+        elif payload.startswith(notices.QUEUED):
+            self.scheduler.wake(notices.parse_queued(payload))
 
     async def reload(self, task_group: anyio.abc.TaskGroup) -> None:
         """Load the pipelines folder and bring the database and the watchers in line."""
@@ -199,6 +207,7 @@ async def serve(
                         _every, settings.daemon.heartbeat_interval_s, service.heartbeat
                     )
                     background.start_soon(_watch_folder, service, task_group)
+                    background.start_soon(listen, engine, service.on_notice)
                     task_status.started()
                     await (shutdown_trigger or _signalled)()
                     log.info("shutdown_started")

@@ -1,0 +1,55 @@
+"""On PostgreSQL the CLI, another process, wakes a running daemon at once, not at its sweep."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.e2e.daemon import ORDERS, runs, triggerer_cli
+from triggerer.daemon import launcher, scheduler
+
+if TYPE_CHECKING:
+    from tests.e2e.conftest import MakeDeployment
+
+PIPELINES = """
+    manual = Asset("manual")
+
+    @pipeline(schedule=manual)
+    def on_manual(spark, context):
+        pass
+
+    @pipeline()
+    def by_hand(spark, context):
+        pass
+"""
+WAKE_TIMEOUT_S = 30.0
+"""Well under the sweeps this test sets, and ample for two Spark Connect runs."""
+
+
+@pytest.mark.parametrize("db_backend", ["postgresql"], indirect=True)
+async def test_cli_emit_and_trigger_wake_the_daemon_without_waiting_for_its_sweep(
+    database_url: str, make_deployment: MakeDeployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only a notice can wake the scheduler or the launcher within the test's timeout.
+    monkeypatch.setattr(scheduler, "IDLE_WAKE_S", 600.0)
+    monkeypatch.setattr(launcher, "POLL_S", 600.0)
+    deployment = await make_deployment(database_url)
+    deployment.write_pipelines(ORDERS + PIPELINES)
+    env = deployment.env()
+
+    async with deployment.running():
+        emitted = await triggerer_cli(env, "events", "emit", "manual", "--extra", '{"n": 1}')
+        assert emitted.returncode == 0, emitted.stderr
+        triggered = await triggerer_cli(env, "pipelines", "trigger", "by_hand")
+        assert triggered.returncode == 0, triggered.stderr
+        finished = await deployment.wait_for(
+            runs,
+            lambda rs: (
+                sorted((r.pipeline_id, r.state) for r in rs)
+                == [("by_hand", "success"), ("on_manual", "success")]
+            ),
+            timeout_s=WAKE_TIMEOUT_S,
+        )
+
+    assert {r.run_type for r in finished} == {"asset", "manual"}

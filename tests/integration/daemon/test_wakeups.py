@@ -1,0 +1,99 @@
+"""Notices over PostgreSQL LISTEN/NOTIFY: sent on commit only, heard by each driver, and the
+listener survives its connection being killed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from triggerer.daemon.wakeups import listen
+from triggerer.store import create_engine, session_factory
+from triggerer.store.notices import notify_queued, notify_runs, parse_queued
+
+postgresql_only = pytest.mark.parametrize("db_backend", ["postgresql"])
+
+
+@pytest.fixture(params=["asyncpg", "psycopg"])
+async def listening_engine(
+    request: pytest.FixtureRequest, migrated_database_url: str
+) -> AsyncIterator[AsyncEngine]:
+    url = make_url(migrated_database_url).set(drivername=f"postgresql+{request.param}")
+    engine = create_engine(url.render_as_string(hide_password=False))
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+async def _heard(received: list[str], payload: str, send: AsyncEngine) -> None:
+    """Send ``payload``'s notice until the listener has heard it (it may not listen yet)."""
+    sessions = session_factory(send)
+    with anyio.fail_after(20):
+        while payload not in received:
+            async with sessions.begin() as session:
+                if payload == "runs":
+                    await notify_runs(session)
+                else:
+                    await notify_queued(session, payload.split(" ")[1:])
+            await anyio.sleep(0.05)
+
+
+@postgresql_only
+async def test_notices_arrive_on_commit_and_never_from_a_rollback(
+    listening_engine: AsyncEngine, migrated_engine: AsyncEngine
+) -> None:
+    received: list[str] = []
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(listen, listening_engine, received.append)
+        await _heard(received, "queued a b", migrated_engine)
+        assert parse_queued("queued a b") == {"a", "b"}
+
+        async with session_factory(migrated_engine)() as session:
+            await notify_queued(session, ["ghost"])
+            await session.rollback()
+        await _heard(received, "runs", migrated_engine)
+        tasks.cancel_scope.cancel()
+
+    assert "queued ghost" not in received
+
+
+@postgresql_only
+async def test_listener_reconnects_after_its_connection_is_killed_and_asks_for_a_full_look(
+    listening_engine: AsyncEngine, migrated_engine: AsyncEngine
+) -> None:
+    received: list[str] = []
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(listen, listening_engine, received.append)
+        await _heard(received, "queued a", migrated_engine)
+
+        async with migrated_engine.connect() as connection:
+            killed = await connection.scalar(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                )
+            )
+        assert killed == 1
+        # Notices sent while it was away are lost: a bare "queued" makes the scheduler look
+        # at every pipeline once it listens again.
+        with anyio.fail_after(20):
+            while "queued" not in received:  # noqa: ASYNC110 - the listener's own reconnect
+                await anyio.sleep(0.05)
+        await _heard(received, "queued b", migrated_engine)
+        tasks.cancel_scope.cancel()
+
+    assert parse_queued("queued") is None
+
+
+async def test_listening_on_sqlite_returns_at_once(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path}/triggerer.db")
+    try:
+        with anyio.fail_after(5):
+            await listen(engine, lambda _: None)
+    finally:
+        await engine.dispose()
