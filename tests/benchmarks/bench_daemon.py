@@ -609,6 +609,10 @@ async def _daemon_throughput(
         ),
         "scheduler_passes": probe.scheduler_passes,
         "daemon_cpu_percent": round(100 * (last.cpu - warm.cpu) / steady_s, 1),
+        # Less at the mercy of other load on the machine than a rate.
+        "daemon_cpu_us_per_event": round(
+            1e6 * (last.cpu - warm.cpu) / (last.recorded - warm.recorded), 1
+        ),
         "machine_cpu_busy_percent": machine_percent,
         "duplicates": duplicates,
     }
