@@ -101,6 +101,15 @@ async def record_events(session: AsyncSession, new_events: Sequence[NewEvent]) -
     if not new_events:
         return Recorded([], 0, set())
     now = utcnow()
+    events = await _insert_events(session, new_events, now)
+    queued = await _queue(session, events, now)
+    return Recorded(events, len(new_events) - len(events), queued)
+
+
+async def _insert_events(
+    session: AsyncSession, new_events: Sequence[NewEvent], now: datetime
+) -> list[RecordedEvent]:
+    """Insert what is not a duplicate; the events inserted."""
     if _dialect(session) == "postgresql":
         inserted = await session.execute(
             _PG_INSERT_EVENTS,
@@ -129,17 +138,10 @@ async def record_events(session: AsyncSession, new_events: Sequence[NewEvent]) -
             }
             for e in new_events
         ]
-        statement = (
-            sqlite.insert(_EVENTS)
-            .on_conflict_do_nothing()
-            .returning(
-                _EVENTS.c.id, _EVENTS.c.asset_id, _EVENTS.c.dedup_key, _EVENTS.c.partition_key
-            )
-        )
+        columns = (_EVENTS.c.id, _EVENTS.c.asset_id, _EVENTS.c.dedup_key, _EVENTS.c.partition_key)
+        statement = sqlite.insert(_EVENTS).on_conflict_do_nothing().returning(*columns)
         inserted = await session.execute(statement, rows)
-    events = [RecordedEvent(*row) for row in inserted.all()]
-    queued = await _queue(session, events, now)
-    return Recorded(events, len(new_events) - len(events), queued)
+    return [RecordedEvent(*row) for row in inserted.all()]
 
 
 async def _queue(session: AsyncSession, events: list[RecordedEvent], now: datetime) -> set[str]:
