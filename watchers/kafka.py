@@ -78,8 +78,8 @@ class KafkaTrigger(BaseEventTrigger):
     partition_key_path: str | None = None
     dead_letter_topic: str | None = None
     max_attempts: int = 3
-    #: Events yielded and not yet acknowledged before polling pauses (backpressure); enough for
-    #: the daemon to have one ingest batch being written while the next fills.
+    #: Events yielded and not yet acknowledged before polling pauses (backpressure); enough to
+    #: keep the daemon's ingest batches full while earlier ones are being committed.
     max_in_flight: int = 5000
     connection: str | None = None
     session_timeout_ms: int = 10_000
