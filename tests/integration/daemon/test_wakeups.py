@@ -3,6 +3,7 @@ listener survives its connection being killed."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -43,21 +44,28 @@ async def _heard(received: list[str], payload: str, send: AsyncEngine) -> None:
             await anyio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def listening(listener: AsyncEngine, sender: AsyncEngine) -> AsyncIterator[list[str]]:
+    """The payloads ``listen`` hears in the background, from its first ``queued a b`` on."""
+    received: list[str] = []
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(listen, listener, received.append)
+        await _heard(received, "queued a b", sender)
+        yield received
+        tasks.cancel_scope.cancel()
+
+
 @postgresql_only
 async def test_notices_arrive_on_commit_and_never_from_a_rollback(
     listening_engine: AsyncEngine, migrated_engine: AsyncEngine
 ) -> None:
-    received: list[str] = []
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(listen, listening_engine, received.append)
-        await _heard(received, "queued a b", migrated_engine)
-        assert parse_queued("queued a b") == {"a", "b"}
+    async with listening(listening_engine, migrated_engine) as received:
+        assert parse_queued(received[-1]) == {"a", "b"}
 
         async with session_factory(migrated_engine)() as session:
             await notify_queued(session, ["ghost"])
             await session.rollback()
         await _heard(received, "runs", migrated_engine)
-        tasks.cancel_scope.cancel()
 
     assert "queued ghost" not in received
 
@@ -66,11 +74,7 @@ async def test_notices_arrive_on_commit_and_never_from_a_rollback(
 async def test_listener_reconnects_after_its_connection_is_killed_and_asks_for_a_full_look(
     listening_engine: AsyncEngine, migrated_engine: AsyncEngine
 ) -> None:
-    received: list[str] = []
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(listen, listening_engine, received.append)
-        await _heard(received, "queued a", migrated_engine)
-
+    async with listening(listening_engine, migrated_engine) as received:
         async with migrated_engine.connect() as connection:
             killed = await connection.scalar(
                 text(
@@ -85,7 +89,6 @@ async def test_listener_reconnects_after_its_connection_is_killed_and_asks_for_a
             while "queued" not in received:  # noqa: ASYNC110 - the listener's own reconnect
                 await anyio.sleep(0.05)
         await _heard(received, "queued b", migrated_engine)
-        tasks.cancel_scope.cancel()
 
     assert parse_queued("queued") is None
 
