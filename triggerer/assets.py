@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-from triggerer.triggers import BaseEventTrigger
+from triggerer.triggers import BaseEventTrigger, check_json
 from triggerer.uri import normalize_uri, validate_name
 
 
@@ -236,8 +235,5 @@ def _operand(item: object, symbol: str) -> BaseAsset:
 def json_mapping(value: dict[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"{what} must be a dict, got {type(value).__name__}")
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"{what} must be JSON-serialisable: {error}") from None
+    check_json(value, what)
     return value

@@ -13,6 +13,15 @@ Ack = Callable[[], Awaitable[None]]
 _STRICT_JSON = json.JSONEncoder(allow_nan=False)
 
 
+def check_json(value: Any, what: str) -> None:
+    """Raise ``TypeError`` naming ``what`` unless ``value`` is strict JSON, as stored in the
+    metadata database: no NaN or infinities, no sets, bytes or other objects."""
+    try:
+        _STRICT_JSON.encode(value)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{what} must be JSON-serialisable, got {value!r}: {error}") from None
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TriggerEvent:
     """One event a trigger yields.
@@ -29,12 +38,7 @@ class TriggerEvent:
     partition_key: str | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        try:
-            _STRICT_JSON.encode(self.payload)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"TriggerEvent payload must be JSON-serialisable, got {self.payload!r}: {error}"
-            ) from None
+        check_json(self.payload, "TriggerEvent payload")
 
     @classmethod
     def of_decoded_json(

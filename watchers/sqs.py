@@ -7,11 +7,10 @@ deletes, visibility, dead letters) in ``watchers.sqs_session``.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from triggerer.triggers import BaseEventTrigger, TriggerEvent
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import decode_body, import_callable
 from watchers.sqs_address import parse_queue
@@ -149,7 +148,8 @@ class SqsTrigger(BaseEventTrigger):
             payload = self._transform(payload)
             if payload is None:
                 return None
-            json.dumps(payload)  # not JSON-serialisable: a failing message, not a failing watcher
+            # Not JSON: a failing message (retried, then dead-lettered), not a failing watcher.
+            check_json(payload, "transform result")
         return payload, self._partition_key(payload)
 
     def _partition_key(self, payload: Any) -> str | None:

@@ -40,6 +40,11 @@ def reject_poison(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def nan_on_request(payload: dict[str, Any]) -> dict[str, Any]:
+    """A transform for the tests that returns NaN, which no JSON column can store, for "nan"."""
+    return {"value": float("nan")} if payload["body"] == "nan" else payload
+
+
 @pytest.fixture
 async def sqs(moto_server: str) -> AsyncIterator[Any]:
     async with get_session().create_client("sqs", endpoint_url=moto_server) as client:
@@ -253,6 +258,32 @@ async def test_poison_message_goes_to_the_dead_letter_queue_with_the_reason(
     assert trigger.failed == 2
     assert trigger.dead_lettered == 1
     assert await queue_size(sqs, queue) == 0
+
+
+async def test_transform_returning_non_json_dead_letters_that_message_only(
+    sqs: Any, make_sqs_queue: MakeQueue
+) -> None:
+    dead_letters = await make_sqs_queue()
+    queue = await make_sqs_queue(VisibilityTimeout="1")
+    await send(sqs, queue, "nan", "fine")
+    trigger = SqsTrigger(
+        queue,
+        wait_time_s=1,
+        transform=f"{__name__}.nan_on_request",
+        dead_letter_queue=dead_letters,
+        max_receives=1,
+    )
+    async with running(trigger) as events:
+        [good] = await take(events, 1)
+        assert good.payload["body"] == "fine"
+        response = await sqs.receive_message(
+            QueueUrl=dead_letters, WaitTimeSeconds=10, MessageAttributeNames=["All"]
+        )
+    [dead] = response["Messages"]
+    assert dead["Body"] == "nan"
+    reason = dead["MessageAttributes"][DEAD_LETTER_REASON_ATTRIBUTE]["StringValue"]
+    assert reason.startswith("TypeError: transform result")
+    assert "JSON-serialisable" in reason
 
 
 async def test_redrive_policy_is_the_default_dead_letter_queue(
