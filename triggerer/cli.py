@@ -149,7 +149,7 @@ async def _with_session(settings: Settings, work: Callable[[AsyncSession], Await
 
 async def _check(settings: Settings, _: argparse.Namespace) -> int:
     async def work(session: AsyncSession) -> int:
-        stale = utcnow() - timedelta(seconds=3 * settings.daemon.heartbeat_interval_s)
+        stale = utcnow() - timedelta(seconds=settings.daemon.dead_after_s)
         latest = await session.scalar(select(func.max(models.Instance.heartbeat_at)))
         fresh = latest is not None and latest >= stale
         _say(f"heartbeat {'fresh' if fresh else 'stale'}: last at {latest}")

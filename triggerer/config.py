@@ -62,6 +62,12 @@ class DaemonSettings(_Section):
     ingest_batch_size: int = Field(default=500, ge=1)
     restart_backoff_max_s: float = Field(default=60.0, gt=0)
 
+    @property
+    def dead_after_s(self) -> float:
+        """An instance silent this long (three heartbeats) is dead: ``triggerer check`` fails,
+        its runs run again elsewhere and its leases move."""
+        return 3 * self.heartbeat_interval_s
+
 
 class LoggingSettings(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

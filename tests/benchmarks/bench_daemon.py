@@ -831,7 +831,7 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
         "heartbeat_max_staleness_s": round(
             max((b2 - a1 for (a1, _), (_, b2) in itertools.pairwise(heartbeats)), default=0), 1
         ),
-        "check_stale_after_s": 3 * settings.daemon.heartbeat_interval_s,
+        "check_stale_after_s": settings.daemon.dead_after_s,
     }
 
 

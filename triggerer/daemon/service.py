@@ -44,8 +44,6 @@ DELIVERY_BUFFER = 10_000
 POSTGRESQL_COMMITS_IN_FLIGHT = 2
 """Ingest transactions at once on PostgreSQL: the daemon prepares one while the server writes
 the other. SQLite has a single writer, so a second transaction there would only wait."""
-LEASE_HEARTBEATS = 3
-"""A lease not renewed for this many heartbeats moves to another instance."""
 
 
 class Service:
@@ -67,13 +65,12 @@ class Service:
         self.launcher = Launcher(
             sessions, lambda: self.registry, settings, self.instance_id, self.scheduler.wake
         )
-        interval_s = settings.daemon.heartbeat_interval_s
-        self.leases = Leases(sessions, self.instance_id, ttl_s=LEASE_HEARTBEATS * interval_s)
+        self.leases = Leases(sessions, self.instance_id, ttl_s=settings.daemon.dead_after_s)
         self.supervisor = Supervisor(
             send,
             self.leases,
             backoff_max_s=settings.daemon.restart_backoff_max_s,
-            lease_poll_s=interval_s,
+            lease_poll_s=settings.daemon.heartbeat_interval_s,
             drain_timeout_s=settings.daemon.shutdown_grace_s,
         )
 
@@ -111,10 +108,10 @@ class Service:
     async def recover(self) -> None:
         """Runs left running by a dead instance run again (their processes died with it).
 
-        An instance is dead once its heartbeat is older than three intervals; this runs at
+        An instance is dead once its heartbeat is older than ``dead_after_s``; this runs at
         start and with every heartbeat, so a restart right after a crash recovers too.
         """
-        stale = utcnow() - timedelta(seconds=3 * self.settings.daemon.heartbeat_interval_s)
+        stale = utcnow() - timedelta(seconds=self.settings.daemon.dead_after_s)
         alive = select(models.Instance.id).where(models.Instance.heartbeat_at >= stale)
         async with self.sessions.begin() as session:
             recovered = await session.execute(
