@@ -145,8 +145,7 @@ class Service:
                     heartbeat_at=utcnow(),
                 )
             )
-        lost = await self.leases.renew()
-        self.supervisor.leases_lost({int(name.partition(":")[2]) for name in lost})
+        self.supervisor.leases_lost(await self.leases.renew())
         changed = {
             trigger_id: status
             for trigger_id, status in self.supervisor.status.items()

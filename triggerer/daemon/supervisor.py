@@ -77,11 +77,10 @@ class Supervisor:
                 self.status[trigger_id] = WatcherStatus()
                 task_group.start_soon(self._supervise, watched, scope, self._deliveries.clone())
 
-    def leases_lost(self, trigger_ids: set[int]) -> None:
-        """Another instance took these triggers over: stop running them here."""
-        for trigger_id in trigger_ids:
-            attempt = self._attempts.get(trigger_id)
-            if attempt is not None:
+    def leases_lost(self, names: set[str]) -> None:
+        """Another instance took these leases over: stop running their triggers here."""
+        for trigger_id, attempt in self._attempts.items():
+            if lease_name(trigger_id) in names:
                 log.warning("trigger_lease_lost", trigger_id=trigger_id)
                 attempt.cancel()
 
