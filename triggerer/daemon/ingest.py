@@ -7,7 +7,7 @@ from collections.abc import Callable
 import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.daemon.backoff import backoff_s
@@ -95,7 +95,7 @@ class Ingest:
                 async with self._sessions.begin() as session:
                     recorded = await record_events(session, new_events)
                 break
-            except (OperationalError, DBAPIError) as error:
+            except DBAPIError as error:  # OperationalError (a lost connection) among them
                 attempt += 1
                 delay = backoff_s(attempt, RETRY_BACKOFF_MAX_S)
                 log.warning("ingest_commit_failed", error=str(error), retry_in_s=round(delay, 2))
