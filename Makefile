@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit bench demo clean
+.PHONY: test lint typecheck unit bench demo clean ui
 
 # The virtualenv is rebuilt when pyproject.toml changes.
 $(INSTALLED): pyproject.toml
@@ -13,6 +13,20 @@ $(INSTALLED): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# The web UI is plain ES modules served from triggerer/api/static/; its two libraries come from
+# npm (pinned by ui/package-lock.json) and are copied next to it, so a built wheel needs no Node.
+UI_VENDOR := triggerer/api/static/vendor
+UI_BUILT := $(UI_VENDOR)/.built
+
+$(UI_BUILT): ui/package.json ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p $(UI_VENDOR)
+	cp ui/node_modules/cytoscape/dist/cytoscape.esm.min.mjs $(UI_VENDOR)/cytoscape.js
+	cp ui/node_modules/cytoscape-dagre/dist/cytoscape-dagre.min.mjs $(UI_VENDOR)/cytoscape-dagre.js
+	touch $@
+
+ui: $(UI_BUILT)
+
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -20,17 +34,17 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck ui
 	$(BIN)/python -m pytest
 
 unit: $(INSTALLED)
 	$(BIN)/python -m pytest tests/unit
 
-bench: $(INSTALLED)
+bench: $(INSTALLED) ui
 	$(BIN)/python -m tests.benchmarks --out var/bench
 
-demo: $(INSTALLED)
+demo: $(INSTALLED) ui
 	$(BIN)/python deploy/local/demo.py
 
 clean:
-	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache ui/node_modules $(UI_VENDOR)

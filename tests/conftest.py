@@ -1,1 +1,6 @@
-pytest_plugins = ["tests.fixtures.database", "tests.fixtures.brokers", "tests.fixtures.spark"]
+pytest_plugins = [
+    "tests.fixtures.database",
+    "tests.fixtures.brokers",
+    "tests.fixtures.spark",
+    "tests.fixtures.postgres_cluster",
+]

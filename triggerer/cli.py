@@ -4,30 +4,43 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import anyio
-from sqlalchemy import func, select, update
+from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from triggerer import actions, queries
 from triggerer.config import ConfigError, Settings, load_settings
-from triggerer.events import NewEvent, record_events
+from triggerer.events import Recorded, notify_recorded
+from triggerer.explain import Explanation, explain
+from triggerer.listeners import listener_manager
 from triggerer.logs import configure_logging
-from triggerer.store import create_engine, models, session_factory, upgrade
+from triggerer.store import create_engine, current_revision, head_revision, session_factory, upgrade
+from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource
-from triggerer.store.notices import notify_queued
 from triggerer.store.types import utcnow
+from triggerer.views import View
 
 _T = TypeVar("_T")
 Rows = list[dict[str, Any]]
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+ReadRows = Callable[[AsyncSession, argparse.Namespace], Awaitable[Sequence[View]]]
+TOKEN_ENV = "TRIGGERER_API_TOKEN"  # noqa: S105 - the variable's name, not a token
+"""Where ``events emit --api`` finds the token when ``--token`` is not given."""
 
 
 class CliError(Exception):
     """A user error: printed to stderr, exit code 1."""
+
+
+class StoreUnavailable(CliError):
+    """The metadata database does not answer."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     ) -> argparse.ArgumentParser:
         command: argparse.ArgumentParser = group.add_parser(name, help=help_text)
         command.set_defaults(handler=handler)
+        # Also after the verb (`triggerer run --config FILE`); SUPPRESS keeps one given before.
+        command.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if listing:
             command.add_argument("--json", action="store_true", help="one JSON array on stdout")
             command.add_argument("--limit", type=int, default=50)
@@ -67,7 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     verb(db, "upgrade", _db_upgrade, "migrate the database to this version's schema")
 
     pipelines = verbs.add_parser("pipelines", help="pipelines").add_subparsers(metavar="VERB")
-    verb(pipelines, "list", _listing(_pipelines_rows), "list pipelines", listing=True)
+    verb(
+        pipelines,
+        "list",
+        _listing(_pipelines_rows, PIPELINE_COLUMNS),
+        "list pipelines",
+        listing=True,
+    )
     for name, handler in (("pause", _pause), ("unpause", _unpause)):
         verb(pipelines, name, handler, f"{name} a pipeline").add_argument("pipeline_id")
     trigger = verb(pipelines, "trigger", _trigger, "queue a manual run")
@@ -75,24 +96,39 @@ def _parser() -> argparse.ArgumentParser:
     trigger.add_argument("--params", type=json.loads, default={}, help="JSON object")
 
     assets = verbs.add_parser("assets", help="assets").add_subparsers(metavar="VERB")
-    verb(assets, "list", _listing(_assets_rows), "list assets", listing=True)
+    verb(assets, "list", _listing(_assets_rows, ASSET_COLUMNS), "list assets", listing=True)
 
     watchers = verbs.add_parser("watchers", help="watchers").add_subparsers(metavar="VERB")
-    verb(watchers, "list", _listing(_watchers_rows), "state, last poll and errors", listing=True)
+    verb(
+        watchers,
+        "list",
+        _listing(_watchers_rows, WATCHER_COLUMNS),
+        "state, lag, group, errors",
+        listing=True,
+    )
 
     events = verbs.add_parser("events", help="asset events").add_subparsers(metavar="VERB")
-    verb(events, "list", _listing(_events_rows), "list recent events", listing=True).add_argument(
-        "--uri"
-    )
+    verb(
+        events, "list", _listing(_events_rows, EVENT_COLUMNS), "list recent events", listing=True
+    ).add_argument("--uri")
     emit = verb(events, "emit", _emit, "create an event on an asset")
     emit.add_argument("uri")
     emit.add_argument("--extra", type=json.loads, default={}, help="JSON object")
     emit.add_argument("--partition-key")
+    emit.add_argument("--api", metavar="URL", help="post to the REST API at URL instead")
+    emit.add_argument("--token", help=f"bearer token for --api (default: ${TOKEN_ENV})")
+    verb(
+        events,
+        "dead-letters",
+        _listing(_dead_letters_rows, DEAD_LETTER_COLUMNS),
+        "events the store could not hold, with the reason",
+        listing=True,
+    )
 
     runs = verbs.add_parser("runs", help="runs").add_subparsers(metavar="VERB")
-    verb(runs, "list", _listing(_runs_rows), "list recent runs", listing=True).add_argument(
-        "--pipeline"
-    )
+    verb(
+        runs, "list", _listing(_runs_rows, RUN_COLUMNS), "list recent runs", listing=True
+    ).add_argument("--pipeline")
     verb(runs, "logs", _runs_logs, "print a run's log").add_argument("run_id")
 
     post = verbs.add_parser("post", help="send messages to fire pipelines")
@@ -114,12 +150,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _listing(rows_of: Callable[[AsyncSession, argparse.Namespace], Awaitable[Rows]]) -> Handler:
-    """A ``list`` verb: the rows ``rows_of`` reads, as a table or (``--json``) one JSON array."""
+def _listing(rows_of: ReadRows, columns: tuple[str, ...]) -> Handler:
+    """A ``list`` verb: the rows ``rows_of`` reads, as a table of ``columns`` or (``--json``)
+    one JSON array of whole rows, as the REST API returns them."""
 
     async def handler(settings: Settings, arguments: argparse.Namespace) -> int:
-        rows = await _with_session(settings, lambda session: rows_of(session, arguments))
-        _table(rows, arguments.json)
+        views = await _with_session(settings, lambda session: rows_of(session, arguments))
+        rows = [view.model_dump(mode="json") for view in views]
+        if arguments.json:
+            _say(json.dumps(rows))
+        else:
+            _table([{column: row[column] for column in columns} for row in rows])
         return 0
 
     return handler
@@ -139,50 +180,84 @@ async def _db_upgrade(settings: Settings, _: argparse.Namespace) -> int:
 
 
 async def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[_T]]) -> _T:
-    engine = create_engine(settings.database.url)
+    """``work`` in one transaction on a store of this version's schema; a store that does not
+    answer or is not migrated is a one-line error."""
+    url = make_url(settings.database.url).render_as_string(hide_password=True)
     try:
-        async with session_factory(engine).begin() as session:
-            return await work(session)
-    finally:
-        await engine.dispose()
+        revision = await current_revision(settings.database.url)
+        if revision != head_revision():
+            raise CliError(
+                f"the database at {url} is at schema revision {revision}, this version needs "
+                f"{head_revision()}: run 'triggerer db upgrade' (the daemon does it at start)"
+            )
+        engine = create_engine(settings.database.url)
+        try:
+            async with session_factory(engine).begin() as session:
+                return await work(session)
+        finally:
+            await engine.dispose()
+    except STORE_ERRORS as error:
+        if not is_outage(error):
+            raise
+        reason = f"{type(error).__name__}: {error}".splitlines()[0]
+        raise StoreUnavailable(f"the store at {url} does not answer ({reason})") from None
 
 
 async def _check(settings: Settings, _: argparse.Namespace) -> int:
+    """Exit 0 when the store answers and a daemon's heartbeat is fresh; else 1, saying why."""
+
     async def work(session: AsyncSession) -> int:
         stale = utcnow() - timedelta(seconds=settings.daemon.dead_after_s)
-        latest = await session.scalar(select(func.max(models.Instance.heartbeat_at)))
+        latest = await queries.latest_heartbeat(session)
         fresh = latest is not None and latest >= stale
-        _say(f"heartbeat {'fresh' if fresh else 'stale'}: last at {latest}")
+        _say(
+            f"healthy: heartbeat fresh, last at {latest}"
+            if fresh
+            else f"unhealthy: heartbeat stale, last at {latest}"
+        )
         return 0 if fresh else 1
 
-    return await _with_session(settings, work)
+    try:
+        return await _with_session(settings, work)
+    except StoreUnavailable as error:
+        _say(f"degraded: {error}")
+        return 1
 
 
-async def _pipelines_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
-    rows = await session.scalars(
-        select(models.Pipeline).order_by(models.Pipeline.pipeline_id).limit(arguments.limit)
-    )
-    return [
-        {
-            "pipeline_id": p.pipeline_id,
-            "schedule": p.schedule_text,
-            "paused": p.paused,
-            "active": p.is_active,
-            "fileloc": p.fileloc,
-        }
-        for p in rows.all()
-    ]
+PIPELINE_COLUMNS = ("pipeline_id", "schedule", "progress", "paused", "active", "fileloc", "error")
+ASSET_COLUMNS = ("id", "name", "uri", "group")
+WATCHER_COLUMNS = (
+    "watcher",
+    "asset",
+    "trigger",
+    "state",
+    "last_poll_at",
+    "restarts",
+    "lag",
+    "consumer_group",
+    "last_error",
+)
+EVENT_COLUMNS = ("id", "uri", "source", "timestamp", "partition_key", "extra")
+RUN_COLUMNS = (
+    "run_id",
+    "pipeline_id",
+    "state",
+    "run_type",
+    "try_number",
+    "events",
+    "created_at",
+    "end_date",
+)
+DEAD_LETTER_COLUMNS = ("id", "created_at", "asset", "trigger_id", "dedup_key", "reason", "payload")
+
+
+async def _pipelines_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    return await queries.pipelines(session, limit=arguments.limit)
 
 
 async def _set_paused(settings: Settings, pipeline_id: str, paused: bool) -> int:
     async def work(session: AsyncSession) -> int:
-        changed = await session.execute(
-            update(models.Pipeline)
-            .where(models.Pipeline.pipeline_id == pipeline_id)
-            .values(paused=paused)
-        )
-        if changed.rowcount != 1:  # type: ignore[attr-defined]  # CursorResult
-            raise CliError(f"pipeline {pipeline_id!r} does not exist (see 'pipelines list')")
+        await actions.set_paused(session, pipeline_id, paused)
         _say(f"pipeline {pipeline_id} {'paused' if paused else 'unpaused'}")
         return 0
 
@@ -198,131 +273,120 @@ async def _unpause(settings: Settings, arguments: argparse.Namespace) -> int:
 
 
 async def _trigger(settings: Settings, arguments: argparse.Namespace) -> int:
-    from triggerer.daemon.scheduler import create_manual_run
+    if not isinstance(arguments.params, dict):
+        raise CliError(f"--params must be a JSON object, got {arguments.params!r}")
 
     async def work(session: AsyncSession) -> int:
-        _say(await create_manual_run(session, arguments.pipeline_id, arguments.params))
+        _say(await actions.trigger_run(session, arguments.pipeline_id, arguments.params))
         return 0
 
     return await _with_session(settings, work)
 
 
-async def _assets_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
-    rows = await session.scalars(
-        select(models.Asset).order_by(models.Asset.id).limit(arguments.limit)
-    )
-    return [{"id": a.id, "name": a.name, "uri": a.uri, "group": a.group} for a in rows.all()]
+async def _assets_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    return await queries.assets(session, limit=arguments.limit)
 
 
-async def _watchers_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
-    rows = await session.execute(
-        select(models.AssetWatcher.name, models.Asset.uri, models.Trigger)
-        .join(models.Asset, models.Asset.id == models.AssetWatcher.asset_id)
-        .join(models.Trigger, models.Trigger.id == models.AssetWatcher.trigger_id)
-        .order_by(models.AssetWatcher.name)
-        .limit(arguments.limit)
-    )
+async def _watchers_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    return await queries.watchers(session, limit=arguments.limit)
+
+
+async def _events_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    return await queries.events(session, uri=arguments.uri, limit=arguments.limit)
+
+
+DEAD_LETTER_PAYLOAD_CHARS = 60
+"""How much of a dead letter's payload the table shows (``--json`` gives all of it)."""
+
+
+async def _dead_letters_rows(
+    session: AsyncSession, arguments: argparse.Namespace
+) -> Sequence[View]:
+    letters = await queries.dead_letters(session, limit=arguments.limit)
+    if arguments.json:
+        return letters
     return [
-        {
-            "watcher": name,
-            "asset": uri,
-            "trigger": trigger.classpath.rpartition(".")[2],
-            "state": trigger.state,
-            "last_poll_at": trigger.last_poll_at.isoformat() if trigger.last_poll_at else None,
-            "restarts": trigger.restart_count,
-            "last_error": trigger.last_error,
-        }
-        for name, uri, trigger in rows.all()
-    ]
-
-
-async def _events_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
-    query = (
-        select(models.AssetEvent, models.Asset.uri)
-        .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
-        .order_by(models.AssetEvent.id.desc())
-        .limit(arguments.limit)
-    )
-    if arguments.uri:
-        query = query.where(models.Asset.uri == arguments.uri)
-    rows = (await session.execute(query)).all()
-    return [
-        {
-            "id": e.id,
-            "uri": uri,
-            "source": e.source,
-            "timestamp": e.timestamp.isoformat(),
-            "partition_key": e.partition_key,
-            "extra": e.extra,
-        }
-        for e, uri in rows
+        letter.model_copy(update={"payload": letter.payload[: DEAD_LETTER_PAYLOAD_CHARS - 1] + "…"})
+        if len(letter.payload) > DEAD_LETTER_PAYLOAD_CHARS
+        else letter
+        for letter in letters
     ]
 
 
 async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> int:
-        asset_id = await session.scalar(
-            select(models.Asset.id).where(models.Asset.uri == arguments.uri)
-        )
-        if asset_id is None:
-            raise CliError(f"no asset with URI {arguments.uri!r} (see 'assets list')")
-        if not isinstance(arguments.extra, dict):
-            raise CliError(f"--extra must be a JSON object, got {arguments.extra!r}")
-        recorded = await record_events(
+    if not isinstance(arguments.extra, dict):
+        raise CliError(f"--extra must be a JSON object, got {arguments.extra!r}")
+    if arguments.api:
+        return await _emit_over_api(arguments)
+    listeners = listener_manager(settings.listeners.plugins)  # a bad plugin fails before writing
+
+    async def work(session: AsyncSession) -> Recorded:
+        asset_id = await actions.find_asset(session, asset_id=None, uri=arguments.uri)
+        recorded = await actions.emit_event(
             session,
-            [
-                NewEvent(
-                    asset_id=asset_id,
-                    extra=arguments.extra,
-                    source=EventSource.CLI,
-                    partition_key=arguments.partition_key,
-                )
-            ],
+            asset_id,
+            arguments.extra,
+            source=EventSource.CLI,
+            partition_key=arguments.partition_key,
         )
-        await notify_queued(session, recorded.queued_pipelines)  # wakes a running daemon
-        queued = ", ".join(sorted(recorded.queued_pipelines)) or "no pipeline"
-        _say(f"event {recorded.events[0].id} on {arguments.uri}; queued for {queued}")
-        return 0
+        uri = (await queries.asset(session, asset_id)).uri
+        queued = _queued(recorded.queued_pipelines)
+        _say(f"event {recorded.events[0].id} on {uri}; queued for {queued}")
+        return recorded
 
-    return await _with_session(settings, work)
-
-
-async def _runs_rows(session: AsyncSession, arguments: argparse.Namespace) -> Rows:
-    query = select(models.Run).order_by(models.Run.id.desc()).limit(arguments.limit)
-    if arguments.pipeline:
-        query = query.where(models.Run.pipeline_id == arguments.pipeline)
-    runs = (await session.scalars(query)).all()
-    consumed = await _consumed(session, [run.id for run in runs])
-    return [
-        {
-            "run_id": r.run_id,
-            "pipeline_id": r.pipeline_id,
-            "state": r.state,
-            "type": r.run_type,
-            "try": r.try_number,
-            "events": consumed.get(r.id, 0),
-            "created_at": r.created_at.isoformat(),
-            "end_date": r.end_date.isoformat() if r.end_date else None,
-        }
-        for r in runs
-    ]
+    recorded = await _with_session(settings, work)
+    await _with_session(settings, lambda session: notify_recorded(listeners, session, recorded))
+    return 0
 
 
-async def _consumed(session: AsyncSession, run_pks: list[int]) -> dict[int, int]:
-    rows = await session.execute(
-        select(models.RunEvent.run_pk, func.count())
-        .where(models.RunEvent.run_pk.in_(run_pks))
-        .group_by(models.RunEvent.run_pk)
-    )
-    return {run_pk: count for run_pk, count in rows.all()}  # noqa: C416 - rows are Row objects
+async def _emit_over_api(arguments: argparse.Namespace) -> int:
+    """Post the event to the REST API of a (remote) daemon."""
+    import httpx
+
+    _quiet_client_logs()
+    base = arguments.api.rstrip("/").removesuffix("/api/v1")
+    token = arguments.token or os.environ.get(TOKEN_ENV)
+    body = {
+        "uri": arguments.uri,
+        "extra": arguments.extra,
+        "partition_key": arguments.partition_key,
+    }
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(
+                f"{base}/api/v1/assets/events",
+                json=body,
+                headers={"Authorization": f"Bearer {token}"} if token else {},
+            )
+    except httpx.HTTPError as error:
+        raise CliError(f"cannot reach the API at {base}: {error or type(error).__name__}") from None
+    if response.status_code != httpx.codes.CREATED:
+        raise CliError(
+            f"the API at {base} refused the event ({response.status_code}): {_detail(response)}"
+        )
+    created = response.json()
+    _say(f"event {created['id']} on {created['uri']}; queued for {_queued(created['queued_for'])}")
+    return 0
+
+
+def _detail(response: Any) -> str:
+    try:
+        return str(response.json()["detail"])
+    except (ValueError, KeyError, TypeError):
+        return response.text.strip().splitlines()[0] if response.text.strip() else "no detail"
+
+
+def _queued(pipeline_ids: Iterable[str]) -> str:
+    return ", ".join(sorted(pipeline_ids)) or "no pipeline"
+
+
+async def _runs_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    return await queries.runs(session, pipeline_id=arguments.pipeline, limit=arguments.limit)
 
 
 async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
     async def work(session: AsyncSession) -> str | None:
-        run = await session.scalar(select(models.Run).where(models.Run.run_id == arguments.run_id))
-        if run is None:
-            raise CliError(f"run {arguments.run_id!r} does not exist (see 'runs list')")
-        return run.log_path
+        return (await queries.run_model(session, arguments.run_id)).log_path
 
     log_path = await _with_session(settings, work)
     if log_path is None or not await anyio.Path(log_path).is_file():
@@ -332,77 +396,70 @@ async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
 
 
 async def _post_kafka(_: Settings, arguments: argparse.Namespace) -> int:
-    from watchers.producers import send_kafka
+    from watchers.producers import SendError, send_kafka
 
-    sent = await send_kafka(
-        arguments.bootstrap_servers,
-        arguments.topic,
-        _messages(arguments.messages),
-        key=arguments.key,
-    )
+    _quiet_client_logs()
+    try:
+        sent = await send_kafka(
+            arguments.bootstrap_servers,
+            arguments.topic,
+            _messages(arguments.messages),
+            key=arguments.key,
+        )
+    except SendError as error:
+        raise CliError(str(error)) from None
     _say(f"sent {len(sent)} message(s) to {arguments.topic}")
     return 0
 
 
 async def _post_sqs(_: Settings, arguments: argparse.Namespace) -> int:
-    from watchers.producers import send_sqs
+    from watchers.producers import SendError, send_sqs
 
-    sent = await send_sqs(
-        arguments.queue,
-        _messages(arguments.messages),
-        endpoint_url=arguments.endpoint_url,
-        region_name=arguments.region,
-    )
+    _quiet_client_logs()
+    try:
+        sent = await send_sqs(
+            arguments.queue,
+            _messages(arguments.messages),
+            endpoint_url=arguments.endpoint_url,
+            region_name=arguments.region,
+        )
+    except SendError as error:
+        raise CliError(str(error)) from None
     _say(f"sent {len(sent)} message(s) to {arguments.queue}")
     return 0
 
 
 async def _explain(settings: Settings, arguments: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> int:
-        pipeline = await session.get(models.Pipeline, arguments.pipeline_id)
-        if pipeline is None:
-            raise CliError(f"pipeline {arguments.pipeline_id!r} does not exist")
-        lines = [f"{pipeline.pipeline_id}: schedule {pipeline.schedule_text}"]
-        if pipeline.paused:
-            lines.append("  paused: no events are queued and no runs start")
-        if not pipeline.is_active:
-            lines.append(f"  inactive: its file {pipeline.fileloc} no longer defines it")
-        scheduled = await session.execute(
-            select(
-                models.Asset.uri,
-                func.count(models.QueuedEvent.id),
-                func.min(models.QueuedEvent.created_at),
-            )
-            .join(models.PipelineAssetRef, models.PipelineAssetRef.asset_id == models.Asset.id)
-            .outerjoin(
-                models.QueuedEvent,
-                (models.QueuedEvent.asset_id == models.Asset.id)
-                & (models.QueuedEvent.pipeline_id == pipeline.pipeline_id),
-            )
-            .where(
-                models.PipelineAssetRef.pipeline_id == pipeline.pipeline_id,
-                models.PipelineAssetRef.role == "schedule",
-            )
-            .group_by(models.Asset.uri)
-        )
-        for uri, count, since in scheduled.all():
-            state = (
-                f"{count} queued event(s) since {since}" if count else "no queued event: waiting"
-            )
-            lines.append(f"  {uri}: {state}")
-        active = await session.scalar(
-            select(func.count())
-            .select_from(models.Run)
-            .where(
-                models.Run.pipeline_id == pipeline.pipeline_id,
-                models.Run.state.in_(("queued", "running", "up_for_retry")),
-            )
-        )
-        lines.append(f"  active runs: {active} of max {pipeline.max_active_runs}")
-        _say("\n".join(lines))
-        return 0
+    explained = await _with_session(
+        settings, lambda session: explain(session, arguments.pipeline_id)
+    )
+    _say(_explanation_text(explained))
+    return 0
 
-    return await _with_session(settings, work)
+
+def _explanation_text(explained: Explanation) -> str:
+    lines = [f"{explained.pipeline_id}: schedule {explained.schedule}"]
+    for state in explained.assets:
+        what = f"alias {state.name}" if state.alias else state.uri
+        queued = (
+            f"{state.queued_events} queued event(s) since {state.queued_since}"
+            if state.queued_events
+            else "no queued event: waiting"
+        )
+        lines.append(f"  {what}: {queued}")
+    lines.append(f"  active runs: {explained.active_runs} of max {explained.max_active_runs}")
+    if explained.last_run is not None:
+        last = explained.last_run
+        lines.append(f"  last run: {last.run_id} ({last.state}, created {last.created_at})")
+    lines.extend(f"  {reason}" for reason in explained.reasons)
+    return "\n".join(lines)
+
+
+def _quiet_client_logs() -> None:
+    """A failed send is one line naming the address; the clients' own logs of each failed
+    connection attempt would only repeat it."""
+    for name in ("aiokafka", "botocore", "aiobotocore", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _messages(texts: list[str]) -> list[Any]:
@@ -415,10 +472,7 @@ def _messages(texts: list[str]) -> list[Any]:
     return messages
 
 
-def _table(rows: Rows, as_json: bool) -> None:
-    if as_json:
-        _say(json.dumps(rows, default=str))
-        return
+def _table(rows: Rows) -> None:
     if not rows:
         _say("(none)")
         return

@@ -7,14 +7,19 @@ embedded defaults apply (SQLite and pipelines under ``~/.triggerer``, local Spar
 from __future__ import annotations
 
 import functools
+import ipaddress
+import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -42,18 +47,130 @@ class PipelinesSettings(_Section):
 
 
 class ApiSettings(_Section):
+    """The REST API the daemon serves under ``/api/v1``.
+
+    Without tokens the API is open, so it must listen on a loopback address; ``port = 0`` picks
+    a free port (the daemon logs it as ``api_listening``).
+    """
+
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    tokens: tuple[str, ...] = ()
+    # Validated even when left out: an open API must not listen beyond this host.
+    tokens: Annotated[tuple[str, ...], NoDecode] = Field(default=(), validate_default=True)
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _from_text(cls, tokens: object) -> object:
+        # TRIGGERER_API__TOKENS holds a JSON list ["a","b"] or plain text a,b.
+        if not isinstance(tokens, str):
+            return tokens
+        if tokens.lstrip().startswith("["):
+            return json.loads(tokens)
+        return tuple(token.strip() for token in tokens.split(","))
+
+    @field_validator("tokens")
+    @classmethod
+    def _open_only_on_loopback(
+        cls, tokens: tuple[str, ...], info: ValidationInfo
+    ) -> tuple[str, ...]:
+        if any(not token.strip() for token in tokens):
+            raise PydanticCustomError("api_tokens", "a token must not be empty")
+        host = info.data.get("host", "")
+        if not tokens and info.data.get("enabled", True) and not is_loopback(host):
+            raise PydanticCustomError(
+                "api_open",
+                "the API would be open to the network on host '{host}': set tokens, or listen "
+                "on a loopback address such as 127.0.0.1",
+                {"host": host},
+            )
+        return tokens
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class SparkSettings(_Section):
+    """Where runs execute. Combinations that would fail every run are refused at start."""
+
     mode: Literal["local", "connect", "submit"] = "local"
     master: str = "local[*]"
-    remote: str | None = None
+    # Validated even when left out: "connect" mode needs it.
+    remote: str | None = Field(default=None, validate_default=True)
     conf: dict[str, str] = {}
     logs_dir: Path = HOME / "logs"
+
+    @field_validator("master")
+    @classmethod
+    def _master_is_named(cls, master: str, info: ValidationInfo) -> str:
+        if not master.strip() and info.data.get("mode") in ("local", "submit"):
+            raise PydanticCustomError(
+                "spark_master",
+                "a Spark master is required in 'local' and 'submit' mode, e.g. local[*], "
+                "spark://host:7077, k8s://https://host:6443 or yarn",
+            )
+        return master
+
+    @field_validator("remote")
+    @classmethod
+    def _remote_is_a_connect_url(cls, remote: str | None, info: ValidationInfo) -> str | None:
+        if remote is None:
+            if info.data.get("mode") == "connect":
+                raise PydanticCustomError(
+                    "spark_remote",
+                    "'connect' mode needs the Spark Connect server's address, sc://host:port",
+                )
+            return remote
+        if not _is_connect_url(remote):
+            raise PydanticCustomError("spark_remote", "must be a Spark Connect URL, sc://host:port")
+        return remote
+
+    @field_validator("conf")
+    @classmethod
+    def _conf_agrees_with_the_other_keys(cls, conf: dict[str, str]) -> dict[str, str]:
+        for key, setting in (("spark.master", "master"), ("spark.remote", "remote")):
+            if key in conf:
+                raise PydanticCustomError(
+                    "spark_conf",
+                    "set [spark] {setting} instead of the conf key {key}",
+                    {"setting": setting, "key": key},
+                )
+        if conf.get("spark.submit.deployMode", "client") != "client":
+            raise PydanticCustomError(
+                "spark_conf",
+                "spark.submit.deployMode must be 'client': a run's driver is a child process "
+                "of the daemon, which hands it the run and reads back its outlets",
+            )
+        return conf
+
+
+def _is_connect_url(text: str) -> bool:
+    """``sc://host[:port][/;params]``, what ``SparkSession.builder.remote`` accepts."""
+    url = urlsplit(text)
+    try:
+        url.port  # noqa: B018 - raises ValueError when the port is not a number
+    except ValueError:
+        return False
+    return url.scheme == "sc" and bool(url.hostname)
+
+
+def default_parallelism() -> int:
+    """One run per core, and at most one per 2 GiB of memory (a run's Spark driver and Python
+    take about that), at least one."""
+    cores = os.cpu_count() or 1
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return max(1, min(cores, int(memory_gib // 2)))
+
+
+class RunsSettings(_Section):
+    parallelism: int = Field(default_factory=default_parallelism, ge=1)
 
 
 class DaemonSettings(_Section):
@@ -76,6 +193,7 @@ class LoggingSettings(_Section):
 
 class ListenersSettings(_Section):
     plugins: tuple[str, ...] = ()
+    max_pending_events: int = Field(default=10_000, ge=1)
 
 
 class Settings(BaseSettings):
@@ -89,6 +207,7 @@ class Settings(BaseSettings):
     pipelines: PipelinesSettings = PipelinesSettings()
     api: ApiSettings = ApiSettings()
     spark: SparkSettings = SparkSettings()
+    runs: RunsSettings = RunsSettings()
     daemon: DaemonSettings = DaemonSettings()
     logging: LoggingSettings = LoggingSettings()
     listeners: ListenersSettings = ListenersSettings()
@@ -143,6 +262,8 @@ def _describe(error: pydantic.ValidationError, config_file: str | None) -> str:
         env = "TRIGGERER_" + "__".join(str(part).upper() for part in problem["loc"])
         if problem["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown setting (from the file or {env})")
+        elif key == "api.tokens":  # never show a token
+            lines.append(f"  {key}: {problem['msg']} (or set {env})")
         else:
             lines.append(f"  {key} = {problem['input']!r}: {problem['msg']} (or set {env})")
     return "\n".join(lines)

@@ -1,20 +1,27 @@
 """Recording asset events and queueing them for every consuming pipeline, in one transaction.
 
 Every path that creates events (watchers, the REST API, the CLI, finished runs) goes through
-:func:`record_events`, so the exactly-once key and the queueing rules live in one place.
+:func:`record_events`, so the exactly-once key and the queueing rules live in one place. After
+the commit, listeners hear of them as :class:`triggerer.context.AssetEvent` (:func:`asset_events`;
+the CLI calls :func:`notify_recorded`, the daemon queues them off its ingest path).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table, and_, insert, select, text, union
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from triggerer import context
+from triggerer.assets import Asset
+from triggerer.listeners import notify
+from triggerer.store import models
 from triggerer.store.engine import json_text
 from triggerer.store.models import (
     AssetAliasAsset,
@@ -26,6 +33,9 @@ from triggerer.store.models import (
     RefRole,
 )
 from triggerer.store.types import utcnow
+
+if TYPE_CHECKING:
+    import pluggy
 
 # Inserts go to the tables, not the mapped classes: the ORM's bulk path costs more per row than
 # the database does, and nothing here needs mapped objects.
@@ -43,11 +53,12 @@ _PG_INSERT_EVENTS = text(
     FROM unnest(CAST(:asset_ids AS integer[]), CAST(:extras AS text[]),
                 CAST(:sources AS text[]), CAST(:dedup_keys AS text[]),
                 CAST(:partition_keys AS text[]), CAST(:trigger_ids AS integer[]),
-                CAST(:run_pks AS bigint[]))
+                CAST(:run_pks AS bigint[])) WITH ORDINALITY
          AS new (asset_id, extra, source, dedup_key, partition_key,
-                 source_trigger_id, source_run_pk)
+                 source_trigger_id, source_run_pk, position)
+    ORDER BY position
     ON CONFLICT DO NOTHING
-    RETURNING id, asset_id, dedup_key, partition_key
+    RETURNING id, asset_id, dedup_key
     """
 )
 _PG_INSERT_QUEUE = text(
@@ -76,10 +87,16 @@ class NewEvent:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecordedEvent:
+    """One event :func:`record_events` stored: its id, and what it was given to store."""
+
     id: int
     asset_id: int
     dedup_key: str | None
     partition_key: str | None
+    extra: dict[str, Any]
+    source: str
+    timestamp: datetime
+    source_run_pk: int | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -138,10 +155,41 @@ async def _insert_events(
             }
             for e in new_events
         ]
-        columns = (_EVENTS.c.id, _EVENTS.c.asset_id, _EVENTS.c.dedup_key, _EVENTS.c.partition_key)
+        columns = (_EVENTS.c.id, _EVENTS.c.asset_id, _EVENTS.c.dedup_key)
         statement = sqlite.insert(_EVENTS).on_conflict_do_nothing().returning(*columns)
         inserted = await session.execute(statement, rows)
-    return [RecordedEvent(*row) for row in inserted.all()]
+    return _paired(sorted(inserted.all(), key=itemgetter(0)), new_events, now)
+
+
+def _paired(
+    rows: list[tuple[int, int, str | None]], new_events: Sequence[NewEvent], now: datetime
+) -> list[RecordedEvent]:
+    """The inserted ``rows`` (id, asset id, dedup key) with the events they store.
+
+    Ids are assigned in the order of the batch (PostgreSQL inserts the rows ordered by their
+    position, SQLite in the order of its VALUES), so ordered by id the rows are the batch minus
+    its duplicates, and a duplicate is skipped by its key. Pairing them here keeps the extras
+    at hand for listeners without reading them back from the database.
+    """
+    recorded = []
+    events = iter(new_events)
+    for event_id, asset_id, dedup_key in rows:
+        event = next(events)
+        while event.asset_id != asset_id or event.dedup_key != dedup_key:
+            event = next(events)
+        recorded.append(
+            RecordedEvent(
+                event_id,
+                asset_id,
+                dedup_key,
+                event.partition_key,
+                event.extra,
+                event.source,
+                now,
+                event.source_run_pk,
+            )
+        )
+    return recorded
 
 
 async def _queue(session: AsyncSession, events: list[RecordedEvent], now: datetime) -> set[str]:
@@ -213,6 +261,66 @@ async def _consumers(
     ).all():
         consumers.setdefault(asset_id, set()).add((pipeline_id, partitioned))
     return consumers
+
+
+@dataclasses.dataclass(frozen=True)
+class Origins:
+    """The assets and runs that recorded events refer to by id, as listeners see them."""
+
+    assets: Mapping[int, Asset]
+    run_ids: Mapping[int, str]
+
+
+async def origins(
+    session: AsyncSession, recorded: Iterable[Recorded], known_assets: Mapping[int, Asset]
+) -> Origins:
+    """The origins of the events of ``recorded``; assets in ``known_assets`` are not read."""
+    events = [event for part in recorded for event in part.events]
+    missing = {event.asset_id for event in events} - known_assets.keys()
+    run_pks = {event.source_run_pk for event in events if event.source_run_pk is not None}
+    assets = dict(known_assets)
+    if missing:
+        rows = await session.scalars(select(models.Asset).where(models.Asset.id.in_(missing)))
+        assets.update(
+            (row.id, Asset(row.name, row.uri, extra=row.extra, group=row.group))
+            for row in rows.all()
+        )
+    run_ids: dict[int, str] = {}
+    if run_pks:
+        run_rows = await session.execute(
+            select(models.Run.id, models.Run.run_id).where(models.Run.id.in_(run_pks))
+        )
+        run_ids.update(run_rows.all())
+    return Origins(assets, run_ids)
+
+
+def asset_events(recorded: Recorded, known: Origins) -> list[context.AssetEvent]:
+    """The events of ``recorded`` as listeners and pipelines see them."""
+    return [
+        context.AssetEvent(
+            id=event.id,
+            asset=known.assets[event.asset_id],
+            extra=event.extra,
+            timestamp=event.timestamp,
+            source=event.source,
+            partition_key=event.partition_key,
+            source_run_id=known.run_ids.get(event.source_run_pk)
+            if event.source_run_pk is not None
+            else None,
+        )
+        for event in recorded.events
+    ]
+
+
+async def notify_recorded(
+    manager: pluggy.PluginManager, session: AsyncSession, recorded: Recorded
+) -> None:
+    """Call ``on_asset_event_emitted`` of every listener for each event of ``recorded``, in
+    this task: for a process that records events itself (the CLI), after their commit."""
+    if not manager.hook.on_asset_event_emitted.get_hookimpls():
+        return
+    for asset_event in asset_events(recorded, await origins(session, [recorded], {})):
+        notify(manager, "on_asset_event_emitted", asset_event=asset_event)
 
 
 def _dialect(session: AsyncSession) -> str:

@@ -8,12 +8,10 @@ In ``submit`` mode spark-submit runs this module as the application.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import inspect
 import json
 import os
 import runpy
-import signal
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -22,15 +20,16 @@ from typing import Any
 
 from triggerer.assets import Asset
 from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
+from triggerer.lifeline import die_with_parent
 from triggerer.loader import import_pipeline_file
 from triggerer.pipelines import Metadata, Pipeline
-
-PR_SET_PDEATHSIG = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     spec_path, result_path = argv if argv is not None else sys.argv[1:3]
-    _die_with_parent()
+    # Started by the daemon, this process is tied to it already; in submit mode it is the
+    # child of spark-submit's JVM, and goes with it.
+    die_with_parent()
     spec = json.loads(Path(spec_path).read_text())
     pipeline = _find_pipeline(spec["fileloc"], spec["pipeline_id"])
     context = build_context(spec, pipeline)
@@ -152,12 +151,6 @@ def _spark_session(spec: dict[str, Any], pipeline: Pipeline) -> Any:
     for key, value in {**spark_settings["conf"], **pipeline.spark_conf}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-def _die_with_parent() -> None:
-    """Linux: the run dies with the daemon, so a killed daemon leaves no orphan behind."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 if __name__ == "__main__":

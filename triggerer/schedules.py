@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from triggerer.assets import AssetAll, BaseAsset
 from triggerer.partitions import PartitionKeyMapper
@@ -20,6 +20,11 @@ def validate_cron(cron: str) -> str:
             f"invalid cron expression {cron!r}: use five fields like '*/5 * * * *' "
             "or a preset (@hourly, @daily, @weekly, @monthly, @yearly)"
         )
+    try:
+        next_tick(cron, datetime.now(UTC))
+    except CroniterError as error:
+        # Valid fields can name a day that never comes ('0 0 31 2 *'): no tick to wait for.
+        raise ValueError(f"cron expression {cron!r} never fires: {error}") from error
     return cron
 
 

@@ -7,7 +7,10 @@ import dataclasses
 import importlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from triggerer.assets import Asset
 
 Ack = Callable[[], Awaitable[None]]
 _STRICT_JSON = json.JSONEncoder(allow_nan=False)
@@ -79,6 +82,32 @@ class BaseEventTrigger(abc.ABC):
     @classmethod
     def classpath(cls) -> str:
         return f"{cls.__module__}.{cls.__qualname__}"
+
+    @property
+    def lag(self) -> int | None:
+        """Messages waiting at the source that this trigger has not handled yet; ``None`` (the
+        default) when unknown. The daemon reads it at every heartbeat, so it must be cheap: keep
+        a value that ``run`` updates rather than asking the source here."""
+        return None
+
+    def for_watcher(self, asset: Asset, watcher_name: str) -> BaseEventTrigger:
+        """The trigger the daemon runs for watcher ``watcher_name`` of ``asset``: by default
+        this one.
+
+        Override it to derive state that belongs to the watcher rather than to the options,
+        such as ``KafkaTrigger``'s default consumer group. Assets that watch one identical
+        trigger share one instance, made for the first of their watchers (the asset the
+        daemon registered first, then the watcher name); its ``serialize()`` is what the daemon
+        stores and restarts from.
+        """
+        return self
+
+    def exclusive_sources(self) -> tuple[str, ...]:
+        """What this trigger reads such that another reader would take its messages away (an
+        SQS queue, a Kafka topic within a consumer group), each as text naming it; none (the
+        default) when readers do not compete. The daemon runs one trigger per exclusive source
+        and refuses a second, different one with an error naming both watchers."""
+        return ()
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The classpath and keyword arguments that rebuild this trigger with ``load_trigger``."""

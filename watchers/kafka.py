@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import json
 import random
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -27,6 +29,9 @@ from triggerer.connections import get_connection
 from triggerer.triggers import BaseEventTrigger, TriggerEvent
 from watchers.filters import PayloadFilter, lookup
 from watchers.payloads import decode_body, import_callable
+
+if TYPE_CHECKING:
+    from triggerer.assets import Asset
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +72,13 @@ class KafkaTrigger(BaseEventTrigger):
     raises ``max_attempts`` times goes to ``dead_letter_topic`` (default ``<topic>.dlq``) with
     the reason in its headers. Offsets are committed per partition up to the highest offset
     below which every message is acknowledged. ``connection`` names the SASL/TLS settings.
+
+    Without ``group_id`` the daemon gives each watcher a consumer group of its own, named after
+    the watcher (:func:`watcher_group_id`), so watchers of one topic with different options
+    each see every message, and editing a watcher's options keeps its offsets. Assets watching
+    one identical trigger share its instance and the group of the first of their watchers
+    (the asset registered first, then the watcher name). Run on its own, the trigger uses
+    ``triggerer-<topics>``. An explicit ``group_id`` always wins.
     """
 
     bootstrap_servers: str
@@ -106,6 +118,8 @@ class KafkaTrigger(BaseEventTrigger):
     )
     _in_flight: int = dataclasses.field(default=0, init=False)
     _room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
+    _lag: int | None = dataclasses.field(default=None, init=False)
+    _partition_lag: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict, init=False)
 
     shareable = True
 
@@ -113,6 +127,10 @@ class KafkaTrigger(BaseEventTrigger):
         if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
             raise ValueError(f"KafkaTrigger topics={self.topics!r} must be a non-empty list")
         self.topics = list(self.topics)  # a tuple would not survive a JSON round trip as itself
+        if self.group_id is not None and not self.group_id:
+            raise ValueError(
+                "KafkaTrigger group_id must not be empty; leave it out for the default"
+            )
         if not self.bootstrap_servers:
             raise ValueError("KafkaTrigger bootstrap_servers must be 'host:port[,host:port]'")
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
@@ -127,9 +145,27 @@ class KafkaTrigger(BaseEventTrigger):
             PayloadFilter.from_option(self.filter)
         if self.partition_key_path is not None:
             lookup(None, self.partition_key_path)
-        if self.group_id is None:
-            self.group_id = "triggerer-" + ",".join(sorted(self.topics))
         self._room.set()
+
+    @property
+    def consumer_group(self) -> str:
+        """The consumer group in use: ``group_id``, else ``triggerer-<sorted topics>``."""
+        return self.group_id or "triggerer-" + ",".join(sorted(self.topics))
+
+    def for_watcher(self, asset: Asset, watcher_name: str) -> KafkaTrigger:
+        """This trigger with the watcher's own consumer group, unless ``group_id`` is set."""
+        if self.group_id is not None:
+            return self
+        return dataclasses.replace(self, group_id=watcher_group_id(asset, watcher_name))
+
+    def exclusive_sources(self) -> tuple[str, ...]:
+        """Each topic within the consumer group: two different triggers reading one topic in one
+        group split its partitions."""
+        return tuple(
+            f"Kafka topic {topic!r} in consumer group {self.consumer_group!r} "
+            f"at {self.bootstrap_servers}"
+            for topic in sorted(self.topics)
+        )
 
     @property
     def assignment(self) -> list[str]:
@@ -138,19 +174,15 @@ class KafkaTrigger(BaseEventTrigger):
 
     @property
     def lag(self) -> int | None:
-        """Messages behind the last known end of the assigned partitions; ``None`` if unknown."""
-        if self._consumer is None:
-            return None
-        assignment = self._consumer.assignment()
-        total = 0
-        for tp, partition in self._partitions.items():
-            if tp not in assignment:
-                continue  # being revoked
-            highwater = self._consumer.highwater(tp)
-            if highwater is None or partition.position is None:
-                return None
-            total += highwater - partition.position
-        return total
+        """Messages of the assigned partitions not yet done, as of the last poll; ``None`` while
+        unknown (no partition assigned or fetched yet)."""
+        return self._lag
+
+    @property
+    def lag_by_partition(self) -> dict[tuple[str, int], int]:
+        """The lag of each assigned ``(topic, partition)`` as of the last poll (the parts of
+        :attr:`lag`); empty while unknown."""
+        return dict(self._partition_lag)
 
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's consumer, when the daemon restarts this trigger
@@ -163,6 +195,8 @@ class KafkaTrigger(BaseEventTrigger):
         while True:
             if self._commit_task.done():
                 self._commit_task.result()  # raises the error that stopped committing
+            # Here the previous batch is in the partitions' pending offsets: an exact count.
+            self._lag = await self._measure_lag(consumer)
             await self._room.wait()
             batch = await self._poll(consumer, max_records=self.max_in_flight - self._in_flight)
             for tp, records in batch.items():
@@ -204,6 +238,8 @@ class KafkaTrigger(BaseEventTrigger):
                 await commit_task
         consumer, producer = self._consumer, self._producer
         self._consumer = self._producer = None
+        self._lag = None
+        self._partition_lag = {}
         if consumer is not None:
             with anyio.move_on_after(_CLOSE_TIMEOUT_S, shield=True) as scope:
                 try:
@@ -211,10 +247,10 @@ class KafkaTrigger(BaseEventTrigger):
                 except KafkaError as error:
                     # Acknowledged messages after the last commit will be delivered again.
                     log.warning(
-                        "kafka_final_commit_failed", group_id=self.group_id, error=str(error)
+                        "kafka_final_commit_failed", group_id=self.consumer_group, error=str(error)
                     )
             if scope.cancelled_caught:
-                log.warning("kafka_final_commit_timed_out", group_id=self.group_id)
+                log.warning("kafka_final_commit_timed_out", group_id=self.consumer_group)
         self._forget(list(self._partitions.values()))
         with anyio.CancelScope(shield=True):
             if consumer is not None:
@@ -335,10 +371,10 @@ class KafkaTrigger(BaseEventTrigger):
                 await self._commit(consumer, list(self._partitions.values()))
             except (CommitFailedError, IllegalStateError) as error:
                 # The group is rebalancing: the revoke listener commits what is acknowledged.
-                log.info("kafka_commit_skipped", group_id=self.group_id, error=str(error))
+                log.info("kafka_commit_skipped", group_id=self.consumer_group, error=str(error))
             except KafkaError as error:
                 _raise_unless_transient(error)
-                log.warning("kafka_commit_failed", group_id=self.group_id, error=str(error))
+                log.warning("kafka_commit_failed", group_id=self.consumer_group, error=str(error))
 
     async def _commit(self, consumer: AIOKafkaConsumer, partitions: Iterable[_Partition]) -> None:
         async with self._commit_lock:  # one commit at a time, so offsets never move backwards
@@ -362,15 +398,21 @@ class KafkaTrigger(BaseEventTrigger):
                 await self._commit(consumer, partitions)
             except KafkaError as error:
                 # The next owner reads from the last commit: a redelivery, deduplicated by key.
-                log.warning("kafka_revoke_commit_failed", group_id=self.group_id, error=str(error))
+                log.warning(
+                    "kafka_revoke_commit_failed", group_id=self.consumer_group, error=str(error)
+                )
         self._forget(partitions)
-        log.info("kafka_partitions_revoked", group_id=self.group_id, partitions=_names(revoked))
+        log.info(
+            "kafka_partitions_revoked", group_id=self.consumer_group, partitions=_names(revoked)
+        )
 
     def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         self._forget([p for tp, p in self._partitions.items() if tp in assigned])
         for tp in assigned:
             self._partitions[tp] = _Partition(tp)
-        log.info("kafka_partitions_assigned", group_id=self.group_id, partitions=_names(assigned))
+        log.info(
+            "kafka_partitions_assigned", group_id=self.consumer_group, partitions=_names(assigned)
+        )
 
     def _forget(self, partitions: list[_Partition]) -> None:
         """Drop partitions: their un-acked events no longer count and their acks do nothing."""
@@ -380,6 +422,28 @@ class KafkaTrigger(BaseEventTrigger):
             self._partitions.pop(partition.tp, None)
         self._room.set()
 
+    async def _measure_lag(self, consumer: AIOKafkaConsumer) -> int | None:
+        """The sum over assigned partitions of highwater minus the oldest offset not done;
+        each partition's part is kept for :attr:`lag_by_partition`."""
+        # Read together, with no await between: a rebalance cannot change the assignment midway.
+        highwaters = {tp: consumer.highwater(tp) for tp in consumer.assignment()}
+        self._partition_lag = {}
+        if not highwaters or None in highwaters.values():
+            return None
+        by_partition: dict[tuple[str, int], int] = {}
+        for tp, highwater in highwaters.items():
+            partition = self._partitions.get(tp)
+            if partition is not None and partition.pending:
+                start = partition.pending[0]
+            else:
+                try:
+                    start = await consumer.position(tp)  # fetched up to here, all of it done
+                except IllegalStateError:
+                    return None  # revoked meanwhile: measured again after the next poll
+            by_partition[tp.topic, tp.partition] = highwater - start
+        self._partition_lag = by_partition
+        return sum(by_partition.values())
+
     # -- connecting and polling
 
     async def _connect(self) -> AIOKafkaConsumer:
@@ -387,7 +451,7 @@ class KafkaTrigger(BaseEventTrigger):
         while True:
             consumer = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap_servers,
-                group_id=self.group_id,
+                group_id=self.consumer_group,
                 auto_offset_reset=self.auto_offset_reset,
                 enable_auto_commit=False,
                 session_timeout_ms=self.session_timeout_ms,
@@ -409,7 +473,7 @@ class KafkaTrigger(BaseEventTrigger):
                 raise
             else:
                 self._consumer = consumer
-                log.info("kafka_consumer_started", group_id=self.group_id, topics=self.topics)
+                log.info("kafka_consumer_started", group_id=self.consumer_group, topics=self.topics)
                 return consumer
 
     async def _poll(
@@ -422,7 +486,7 @@ class KafkaTrigger(BaseEventTrigger):
                 batch = await consumer.getmany(timeout_ms=_POLL_TIMEOUT_MS, max_records=max_records)
             except KafkaError as error:
                 _raise_unless_transient(error)
-                log.warning("kafka_poll_failed", group_id=self.group_id, error=str(error))
+                log.warning("kafka_poll_failed", group_id=self.consumer_group, error=str(error))
                 await backoff.wait()
             else:
                 return batch
@@ -514,6 +578,17 @@ class _Backoff:
     async def wait(self) -> None:
         await asyncio.sleep(self._delay_s * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
         self._delay_s = min(self._delay_s * 2, _BACKOFF_MAX_S)
+
+
+def watcher_group_id(asset: Asset, watcher_name: str) -> str:
+    """The default consumer group of a watcher: ``triggerer-<watcher name>-<digest>``.
+
+    The digest of the asset's name and URI and the watcher's name keeps watchers of the same
+    name on different assets apart; none of the trigger's options take part, so editing them
+    keeps the group and its committed offsets.
+    """
+    identity = json.dumps([asset.name, asset.uri, watcher_name]).encode()
+    return f"triggerer-{watcher_name}-{hashlib.sha256(identity).hexdigest()[:12]}"
 
 
 def _raise_unless_transient(error: KafkaError) -> None:

@@ -10,26 +10,42 @@ from typing import Any
 import msgspec
 
 _JSON = msgspec.json.Decoder()
+_NUL_ESCAPE = "\\u0000"
+_NUL_ESCAPE_BYTES = _NUL_ESCAPE.encode()
 
 
 def decode_body(raw: bytes | str | None) -> Any:
-    """The decoded JSON when ``raw`` is JSON, else its UTF-8 text, else ``{"base64": ...}``.
+    """The decoded JSON when ``raw`` is JSON the store can hold, else its UTF-8 text when that
+    holds no NUL character, else ``{"base64": ...}`` of its bytes.
 
-    What decodes is strict JSON, so the result is always storable as JSON: ``NaN``, numbers
-    that overflow a double and lone surrogate escapes make a body text, not JSON.
+    What decodes is strict JSON: ``NaN``, numbers that overflow a double and lone surrogate
+    escapes make a body text, not JSON. So does the escape ``\\u0000`` anywhere in it, as a NUL
+    character (U+0000) in a string is what PostgreSQL cannot store. Nothing is lost either way:
+    the text is the message itself.
     """
     if raw is None:
         return None
     try:
-        return _JSON.decode(raw)
+        value = _JSON.decode(raw)
     except msgspec.DecodeError:
         pass
-    if isinstance(raw, str):
-        return raw
+    else:
+        # JSON text has NUL characters only as this escape (a raw one is malformed).
+        has_nul = _NUL_ESCAPE in raw if isinstance(raw, str) else _NUL_ESCAPE_BYTES in raw
+        if not has_nul:
+            return value
+    text = raw if isinstance(raw, str) else _utf8(raw)
+    if text is not None and "\x00" not in text:
+        return text
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def _utf8(raw: bytes) -> str | None:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        return {"base64": base64.b64encode(raw).decode("ascii")}
+        return None
 
 
 def import_callable(dotted_path: str, *, option: str) -> Callable[..., Any]:

@@ -7,15 +7,23 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from aiokafka import AIOKafkaProducer
-from botocore.exceptions import ClientError
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from watchers.sqs_address import parse_queue
 from watchers.sqs_session import MAX_MESSAGES, is_missing_queue
 
 Message = Any  # text is sent as it is; any other value as its JSON
 _MAX_SEND_ATTEMPTS = 3
+#: A sender waits for an answer, not for a long poll: a few seconds tell an endpoint is down.
+_SQS_CONFIG = AioConfig(connect_timeout=5, read_timeout=30, retries={"mode": "standard"})
+
+
+class SendError(Exception):
+    """The broker could not be reached or did not take the messages; the text names where."""
 
 
 def encode_message(message: Message) -> str:
@@ -44,8 +52,8 @@ async def send_kafka(
         for name, value in (headers or {}).items()
     ]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks="all")
-    await producer.start()
     try:
+        await producer.start()
         metadata = await producer.client.fetch_all_metadata()
         if topic not in metadata.topics():
             raise LookupError(
@@ -57,8 +65,12 @@ async def send_kafka(
             for value in values
         ]
         records = [await future for future in futures]
+    except KafkaConnectionError:
+        raise SendError(f"cannot reach a Kafka broker at {bootstrap_servers}") from None
+    except KafkaError as error:
+        raise SendError(f"Kafka at {bootstrap_servers}, topic {topic!r}: {error}") from None
     finally:
-        await producer.stop()
+        await producer.stop()  # also after a failed start: it closes the client's connections
     return [{"partition": record.partition, "offset": record.offset} for record in records]
 
 
@@ -83,7 +95,10 @@ async def send_sqs(
     }
     fifo = location.name.endswith(".fifo")
     async with get_session().create_client(
-        "sqs", region_name=location.region_name, endpoint_url=location.endpoint_url
+        "sqs",
+        region_name=location.region_name,
+        endpoint_url=location.endpoint_url,
+        config=_SQS_CONFIG,
     ) as client:
         try:
             url = location.url or (await client.get_queue_url(QueueName=location.name))["QueueUrl"]
@@ -108,8 +123,14 @@ async def send_sqs(
                 raise LookupError(
                     f"SQS queue {queue!r} does not exist at {client.meta.endpoint_url} "
                     f"(region {client.meta.region_name}); create it first"
-                ) from error
-            raise
+                ) from None
+            raise SendError(
+                f"SQS at {client.meta.endpoint_url}, queue {queue!r}: {error}"
+            ) from None
+        except BotoCoreError as error:  # unreachable endpoint, no credentials
+            raise SendError(
+                f"SQS at {client.meta.endpoint_url}, queue {queue!r}: {error}"
+            ) from None
     return ids
 
 

@@ -53,6 +53,10 @@ class SqsTrigger(BaseEventTrigger):
     for redelivery; on its ``max_receives``-th receive it goes to ``dead_letter_queue`` (default:
     the queue's RedrivePolicy target) with the reason in a message attribute, then is deleted.
     Credentials come from the named ``connection`` or the environment.
+
+    Each message goes to one reader, so two different triggers on one queue would take each
+    other's messages: the daemon refuses the second (see ``exclusive_sources``). Give the assets
+    one trigger (equal options), or read separate queues.
     """
 
     shareable = True
@@ -119,9 +123,30 @@ class SqsTrigger(BaseEventTrigger):
         self.dead_lettered = 0
         self.deleted = 0
         self._session: _SqsSession | None = None
+        self._lag: int | None = None  # written by the session
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return self.classpath(), dict(self._kwargs)
+
+    @property
+    def lag(self) -> int | None:
+        """The queue's ApproximateNumberOfMessages (visible, not yet received): read when the
+        watcher starts and every ``LAG_INTERVAL_S``, and 0 when a long poll comes back empty."""
+        return self._lag
+
+    def exclusive_sources(self) -> tuple[str]:
+        """The queue, as ``sqs://name`` with its region and endpoint: a message goes to one
+        reader, which deletes it."""
+        location = self.location
+        options = [
+            f"{name}={value}"
+            for name, value in (
+                ("region", location.region_name),
+                ("endpoint_url", location.endpoint_url),
+            )
+            if value
+        ]
+        return (f"SQS queue sqs://{location.name}" + ("?" + "&".join(options) if options else ""),)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
@@ -136,6 +161,7 @@ class SqsTrigger(BaseEventTrigger):
     async def cleanup(self) -> None:
         """Flush pending deletes, make unacked messages visible again and close the client."""
         session, self._session = self._session, None
+        self._lag = None
         if session is not None:
             await session.close()
 

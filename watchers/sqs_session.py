@@ -28,6 +28,8 @@ log = structlog.get_logger(__name__)
 
 MAX_MESSAGES = 10
 DELETE_WINDOW_S = 0.005  # acks arriving within this window share one DeleteMessageBatch
+#: How often the queue's backlog (the watcher's lag) is read: a call of its own, so not per poll.
+LAG_INTERVAL_S = 30.0
 CLEANUP_TIMEOUT_S = 10.0
 DEAD_LETTER_REASON_ATTRIBUTE = "triggerer_dead_letter_reason"
 DEAD_LETTER_SOURCE_ATTRIBUTE = "triggerer_source_queue"
@@ -95,6 +97,7 @@ class _SqsSession:
         self._background = [
             self._spawn(self._extend_loop(), "sqs-extend"),
             self._spawn(self._delete_loop(), "sqs-delete"),
+            self._spawn(self._lag_loop(), "sqs-lag"),
         ]
         self._receivers = [
             self._spawn(self._receive_loop(), f"sqs-receive-{number}")
@@ -131,9 +134,14 @@ class _SqsSession:
             response = await self._call(
                 "get_queue_attributes",
                 QueueUrl=self._queue_url,
-                AttributeNames=["VisibilityTimeout", "RedrivePolicy"],
+                AttributeNames=[
+                    "VisibilityTimeout",
+                    "RedrivePolicy",
+                    "ApproximateNumberOfMessages",
+                ],
             )
         attributes = response.get("Attributes", {})
+        self._trigger._lag = int(attributes.get("ApproximateNumberOfMessages", 0))
         # A queue may say 0 (visible at once); holding a message needs some time.
         self._visibility_timeout_s = (
             self._options["visibility_timeout_s"]
@@ -201,7 +209,8 @@ class _SqsSession:
             return
         self._closed = True
         self.stop_receiving()
-        extend_loop, delete_loop = self._background
+        extend_loop, delete_loop, lag_loop = self._background
+        await _cancel_and_wait([lag_loop])
         try:
             async with asyncio.timeout(CLEANUP_TIMEOUT_S):
                 await _cancel_and_wait([*self._receivers, delete_loop])
@@ -267,6 +276,16 @@ class _SqsSession:
             else:
                 return response
 
+    async def _lag_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LAG_INTERVAL_S)
+            response = await self._call(
+                "get_queue_attributes",
+                QueueUrl=self._queue_url,
+                AttributeNames=["ApproximateNumberOfMessages"],
+            )
+            self._trigger._lag = int(response["Attributes"]["ApproximateNumberOfMessages"])
+
     async def _receive_loop(self) -> None:
         arguments: dict[str, Any] = {
             "QueueUrl": self._queue_url,
@@ -281,6 +300,7 @@ class _SqsSession:
             response = await self._call("receive_message", **arguments)
             messages: list[dict[str, Any]] = response.get("Messages", [])
             if not messages:
+                self._trigger._lag = 0  # a long poll waits for any message: none is waiting
                 continue
             self._trigger.received += len(messages)
             held = [self._hold(message, sent_at) for message in messages]

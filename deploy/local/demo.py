@@ -51,6 +51,7 @@ def main() -> int:
             [str(TRIGGERER), "run"], cwd=ROOT, env=env, stderr=daemon_log, start_new_session=True
         )
         print(f"triggerer is running (log: {STATE / 'daemon.log'}); posting messages...")  # noqa: T201
+        print("the web UI and the REST API: http://127.0.0.1:8080/")  # noqa: T201
         time.sleep(5)  # let the watchers join their consumer group before the first message
         asyncio.run(_post(endpoint, kafka.address))
         _show_runs(env)

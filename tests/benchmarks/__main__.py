@@ -7,7 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ("bench_kafka", "bench_sqs", "bench_daemon")
+BENCHMARKS = (
+    "bench_kafka",
+    "bench_sqs",
+    "bench_daemon",
+    "bench_listeners",
+    "bench_api",
+    "bench_ui",
+)
 
 
 def main() -> int:

@@ -90,6 +90,7 @@ from tests.benchmarks.daemon_probe import (
     spread_ms,
     wait_assigned,
 )
+from tests.benchmarks.report import publish
 from tests.e2e.daemon import write_pipelines
 from triggerer.config import LoggingSettings, Settings
 from triggerer.daemon.registry import sync_definitions
@@ -206,6 +207,7 @@ def make_settings(workdir: Path, database_url: str, **spark: Any) -> Settings:
             "pipelines": {"dir": workdir / "pipelines"},
             "spark": {"logs_dir": workdir / "logs", **spark},
             "logging": {"level": "WARNING"},
+            "api": {"enabled": False},  # a fixed port would clash between daemons
         }
     )
 
@@ -907,20 +909,6 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def flatten(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            yield from flatten(f"{prefix}.{key}" if prefix else key, inner)
-    else:
-        yield prefix, value
-
-
-def table(results: dict[str, Any]) -> str:
-    rows = list(flatten("", results))
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows) + "\n"
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="daemon end-to-end benchmark")
     parser.add_argument("--out", type=Path, default=Path("bench_daemon.json"))
@@ -955,8 +943,7 @@ def main(argv: list[str] | None = None) -> None:
         args.part_out.write_text(json.dumps(result, indent=2) + "\n")
         return
     results = run_all(args)
-    sys.stdout.write(table(results))
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    publish(results, args.out)
     if any("error" in value for value in results.values()):
         sys.exit(1)
 

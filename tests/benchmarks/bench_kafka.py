@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run as a script: put the repository root on the
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from deploy.local.services import tansu
+from tests.benchmarks.report import publish
 from watchers.kafka import KafkaTrigger
 from watchers.payloads import decode_body
 
@@ -213,16 +214,6 @@ async def run(messages: int, idle_triggers: int, idle_seconds: float) -> dict[st
     return {"throughput": throughput, "idle": idle}
 
 
-def table(results: dict[str, Any]) -> str:
-    rows = [
-        (f"{section}.{key}", value)
-        for section, values in results.items()
-        for key, value in values.items()
-    ]
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows) + "\n"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="KafkaTrigger benchmark")
     parser.add_argument("--out", type=Path, default=Path("bench_kafka.json"))
@@ -231,8 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
     results = asyncio.run(run(args.messages, args.idle_triggers, args.idle_seconds))
-    sys.stdout.write(table(results))
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    publish(results, args.out)
 
 
 if __name__ == "__main__":

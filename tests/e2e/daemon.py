@@ -66,6 +66,8 @@ def daemon_settings(tmp_path: Path, database_url: str, spark_remote: str) -> Set
             "pipelines": {"dir": tmp_path / "pipelines", "reload_interval_s": 0.2},
             "spark": {"mode": "connect", "remote": spark_remote, "logs_dir": tmp_path / "logs"},
             "daemon": {"heartbeat_interval_s": 0.5, "shutdown_grace_s": 30},
+            # Served only where a test asks: a fixed port would clash between daemons.
+            "api": {"enabled": False},
         }
     )
 
@@ -238,9 +240,10 @@ class DaemonProcess:
     ``with DaemonProcess(...) as daemon:`` kills the process if it still runs at the end.
     """
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, config: Path | None = None) -> None:
         self.env = env
         self.log_path = log_path
+        self.arguments = ["run", "--config", str(config)] if config else ["run"]
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> DaemonProcess:
@@ -252,7 +255,10 @@ class DaemonProcess:
     def start(self) -> None:
         with self.log_path.open("ab") as log_file:
             self.process = subprocess.Popen(  # noqa: S603 - a fixed argv of our own binary
-                [str(TRIGGERER_BIN), "run"], stdout=log_file, stderr=subprocess.STDOUT, env=self.env
+                [str(TRIGGERER_BIN), *self.arguments],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.env,
             )
 
     def signal(self, signum: int) -> None:
@@ -324,6 +330,34 @@ class Deployment:
     def process(self, **extra_env: str) -> DaemonProcess:
         """The daemon as a process, not started yet, logging to ``daemon.log``."""
         return DaemonProcess(self.env(**extra_env), self.tmp_path / "daemon.log")
+
+    def config_file(self, **sections: dict[str, object]) -> Path:
+        """A config file like :meth:`env`'s settings, ``sections`` merged in: for
+        ``triggerer run --config FILE`` and the CLI's ``--config``."""
+        settings: dict[str, dict[str, object]] = {
+            key.removeprefix("TRIGGERER_").split("__")[0].lower(): {}
+            for key in self.env()
+            if key.startswith("TRIGGERER_")
+        }
+        for key, value in self.env().items():
+            if key.startswith("TRIGGERER_"):
+                section, name = key.removeprefix("TRIGGERER_").lower().split("__")
+                settings[section][name] = value
+        for section, values in sections.items():
+            settings.setdefault(section, {}).update(values)
+        lines = []
+        for section, values in settings.items():
+            lines.append(f"[{section}]")
+            lines.extend(f"{name} = {json.dumps(value)}" for name, value in values.items())
+        path = self.tmp_path / "triggerer.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def process_with_config(self, config: Path) -> DaemonProcess:
+        """``triggerer run --config CONFIG`` as a process (no TRIGGERER_ variables), not
+        started yet, logging to ``daemon.log``."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
+        return DaemonProcess(env, self.tmp_path / "daemon.log", config)
 
     async def produce(self, values: Iterable[Any], *, batch: int = 0, pause_s: float = 0.0) -> None:
         """Send ``values`` to the topic: see :func:`produce_json`."""

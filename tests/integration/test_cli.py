@@ -14,6 +14,8 @@ import structlog
 from triggerer.cli import main
 from triggerer.config import current_settings
 from triggerer.daemon.registry import sync_definitions
+from triggerer.dead_letters import Unstorable, record_dead_letters
+from triggerer.events import NewEvent
 from triggerer.loader import load_pipelines
 from triggerer.store import create_engine, session_factory, upgrade
 
@@ -24,6 +26,9 @@ orders = Asset("orders")
 
 @pipeline(schedule=orders)
 def count_orders(spark, context): ...
+
+@pipeline(schedule=Asset("s3://lake"))
+def load_lake(spark, context): ...
 """
 
 
@@ -87,10 +92,15 @@ def test_db_upgrade_migrates_an_empty_database(
 def test_list_verbs_print_one_json_array(synced: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "pipelines", "list", "--json")
     assert code == 0
-    [row] = json.loads(out)
-    assert (row["pipeline_id"], row["schedule"], row["paused"]) == ("count_orders", "orders", False)
+    row, _ = json.loads(out)
+    assert (row["pipeline_id"], row["schedule"], row["paused"], row["error"]) == (
+        "count_orders",
+        "orders",
+        False,
+        None,
+    )
     code, out, _ = run_cli(capsys, "assets", "list", "--json")
-    assert [a["uri"] for a in json.loads(out)] == ["orders"]
+    assert [a["uri"] for a in json.loads(out)] == ["orders", "s3://lake/"]
     assert json.loads(run_cli(capsys, "watchers", "list", "--json")[1]) == []
 
 
@@ -105,6 +115,14 @@ def test_emit_queues_the_event_for_its_consumer(
     assert (event["uri"], event["source"], event["extra"]) == ("orders", "cli", {"rows": 3})
     code, out, _ = run_cli(capsys, "explain", "count_orders")
     assert "orders: 1 queued event(s)" in out
+
+
+def test_emit_finds_the_asset_by_its_normalised_uri(
+    synced: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(capsys, "events", "emit", "S3://lake")
+    assert (code, err) == (0, "")
+    assert "on s3://lake/; queued for load_lake" in out
 
 
 def test_paused_pipeline_is_not_queued_and_unpause_restores_it(
@@ -124,7 +142,48 @@ def test_manual_trigger_creates_a_queued_run_without_logical_date(
     assert code == 0
     assert out.startswith("count_orders__manual__")
     [run] = json.loads(run_cli(capsys, "runs", "list", "--json")[1])
-    assert (run["run_id"], run["state"], run["type"]) == (out.strip(), "queued", "manual")
+    assert (run["run_id"], run["state"], run["run_type"]) == (out.strip(), "queued", "manual")
+
+
+def test_dead_letters_lists_the_newest_first_with_reason_and_payload(
+    synced: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(capsys, "events", "dead-letters", "--json")[:2] == (0, "[]\n")
+    long_text = "x" * 200
+
+    async def dead_letter() -> None:
+        engine = create_engine(synced)
+        try:
+            async with session_factory(engine).begin() as session:
+                letters = [
+                    Unstorable(
+                        NewEvent(1, {"payload": {"n": n, "text": long_text}}, "trigger", f"q/{n}"),
+                        f"reason {n}",
+                    )
+                    for n in range(3)
+                ]
+                assert await record_dead_letters(session, letters) == 3
+        finally:
+            await engine.dispose()
+
+    anyio.run(dead_letter)
+    code, out, _ = run_cli(capsys, "events", "dead-letters", "--json", "--limit", "2")
+    assert code == 0
+    rows = json.loads(out)
+    assert [(r["dedup_key"], r["reason"], r["asset"]) for r in rows] == [
+        ("q/2", "reason 2", "orders"),
+        ("q/1", "reason 1", "orders"),
+    ]
+    assert json.loads(rows[0]["payload"]) == {"payload": {"n": 2, "text": long_text}}
+    assert rows[0]["asset_id"] == 1
+    columns = ["id", "created_at", "asset", "trigger_id", "dedup_key", "reason", "payload"]
+    code, out, _ = run_cli(capsys, "events", "dead-letters")
+    header, *lines = out.splitlines()
+    assert header.split() == [column.upper() for column in columns]
+    assert len(lines) == 3
+    assert lines[0].split()[3:7] == ["None", "q/2", "reason", "2"]
+    assert lines[0].rstrip().endswith("xxx…")  # the table cuts the payload, --json does not
+    assert long_text not in out
 
 
 @pytest.mark.parametrize(
@@ -152,6 +211,38 @@ def test_check_fails_without_a_fresh_heartbeat(
     code, out, _ = run_cli(capsys, "check")
     assert code == 1
     assert "stale" in out
+
+
+def test_a_database_never_migrated_is_one_line_naming_the_fix(
+    cli_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(capsys, "events", "list")
+    assert (code, out) == (1, "")
+    assert err.startswith("triggerer: the database at ")
+    assert "run 'triggerer db upgrade'" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_a_store_that_does_not_answer_is_one_line(
+    cli_database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIGGERER_DATABASE__URL", "postgresql://triggerer:secret@127.0.0.1:1/x")
+    code, out, err = run_cli(capsys, "runs", "list")
+    assert (code, out) == (1, "")
+    assert err.startswith("triggerer: the store at postgresql://triggerer:***@127.0.0.1:1/x")
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_check_says_degraded_when_the_store_does_not_answer(
+    cli_database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIGGERER_DATABASE__URL", "postgresql://triggerer:secret@127.0.0.1:1/x")
+    code, out, err = run_cli(capsys, "check")
+    assert (code, err) == (1, "")
+    assert out.startswith("degraded: the store at postgresql://triggerer:***@127.0.0.1:1/x")
+    assert "secret" not in out
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)

@@ -83,6 +83,7 @@ def test_env_overrides_the_file_and_keeps_its_other_keys(
 ) -> None:
     path = _toml(tmp_path, '[spark]\nmode = "submit"\nmaster = "spark://h:7077"\n')
     monkeypatch.setenv("TRIGGERER_SPARK__MODE", "connect")
+    monkeypatch.setenv("TRIGGERER_SPARK__REMOTE", "sc://h:15002")
     monkeypatch.setenv("TRIGGERER_API__PORT", "9200")
     settings = load_settings(path)
     assert settings.spark.mode == "connect"
@@ -100,6 +101,50 @@ def test_bad_value_names_key_value_and_allowed_values(tmp_path: Path) -> None:
     for allowed in ("local", "connect", "submit"):
         assert allowed in message
     assert "TRIGGERER_SPARK__MODE" in message
+
+
+@pytest.mark.parametrize(
+    ("spark", "key", "value", "allowed"),
+    [
+        ('mode = "connect"', "spark.remote", "None", "sc://host:port"),
+        (
+            'mode = "connect"\nremote = "127.0.0.1:15002"',
+            "spark.remote",
+            "'127.0.0.1:15002'",
+            "sc://",
+        ),
+        ('mode = "local"\nremote = "sc://h:port"', "spark.remote", "'sc://h:port'", "sc://"),
+        ('mode = "submit"\nmaster = " "', "spark.master", "' '", "spark://host:7077"),
+        ('mode = "local"\nmaster = ""', "spark.master", "''", "local[*]"),
+        ("conf = { 'spark.master' = 'yarn' }", "spark.conf", "'spark.master'", "[spark] master"),
+        (
+            'mode = "submit"\nconf = { "spark.submit.deployMode" = "cluster" }',
+            "spark.conf",
+            "'cluster'",
+            "must be 'client'",
+        ),
+    ],
+)
+def test_spark_settings_that_would_fail_every_run_are_config_errors(
+    tmp_path: Path, spark: str, key: str, value: str, allowed: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(_toml(tmp_path, f"[spark]\n{spark}\n"))
+    message = str(info.value)
+    assert f"{key} = " in message
+    assert value in message
+    assert allowed in message
+
+
+def test_spark_settings_that_fit_together(tmp_path: Path) -> None:
+    connect = load_settings(
+        _toml(tmp_path, '[spark]\nmode = "connect"\nremote = "sc://h/;token=t"')
+    )
+    assert connect.spark.remote == "sc://h/;token=t"
+    # The master is not used in connect mode.
+    assert load_settings(
+        _toml(tmp_path, '[spark]\nmode = "connect"\nremote = "sc://h:1"\nmaster = ""')
+    )
 
 
 def test_bad_env_value_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,3 +229,41 @@ def test_unknown_connection_names_it_and_the_known_ones(
 def test_unknown_connection_without_any_configured() -> None:
     with pytest.raises(UnknownConnection, match="none are configured"):
         get_connection("kafka")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.0.0.5", "::", "api.example.com"])  # noqa: S104 - refused
+def test_an_api_open_beyond_loopback_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    monkeypatch.setenv("TRIGGERER_API__HOST", host)
+    with pytest.raises(ConfigError, match="the API would be open to the network") as info:
+        load_settings()
+    assert repr(host) in str(info.value)
+    monkeypatch.setenv("TRIGGERER_API__TOKENS", "s3cret")
+    assert load_settings().api.host == host
+    monkeypatch.setenv("TRIGGERER_API__ENABLED", "false")
+    monkeypatch.delenv("TRIGGERER_API__TOKENS")
+    assert load_settings().api.enabled is False
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_an_open_api_may_listen_on_loopback(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    monkeypatch.setenv("TRIGGERER_API__HOST", host)
+    assert load_settings().api.tokens == ()
+
+
+@pytest.mark.parametrize(("text", "tokens"), [("a, b", ("a", "b")), ('["a", "b,c"]', ("a", "b,c"))])
+def test_api_tokens_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, text: str, tokens: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("TRIGGERER_API__TOKENS", text)
+    assert load_settings().api.tokens == tokens
+
+
+def test_an_empty_api_token_is_refused_without_showing_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRIGGERER_API__TOKENS", "s3cret,")
+    with pytest.raises(ConfigError, match="a token must not be empty") as info:
+        load_settings()
+    assert "s3cret" not in str(info.value)

@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from triggerer import Asset, hookimpl
-from triggerer.listeners import listener_manager, notify
+from triggerer.listeners import ListenerPluginError, listener_manager, notify
 
 
 class Recorder:
@@ -90,7 +90,7 @@ def test_dotted_object_path_is_registered_and_notified(plugin_module: str) -> No
 
 @pytest.mark.parametrize("path", ["no_such_listener_module", "triggerer.listeners.nothing_here"])
 def test_unimportable_plugin_names_the_path(path: str) -> None:
-    with pytest.raises(ImportError, match=path):
+    with pytest.raises(ListenerPluginError, match=path):
         listener_manager([path])
 
 

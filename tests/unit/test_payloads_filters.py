@@ -43,6 +43,23 @@ def test_decode_body_non_json_constants_stay_text(raw: bytes) -> None:
     assert decode_body(raw) == raw.decode()
 
 
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # JSON that would hold a NUL character stays the text it is, which jsonb can store.
+        (b'{"name": "a\\u0000b"}', '{"name": "a\\u0000b"}'),
+        ('["\\u0000"]', '["\\u0000"]'),
+        # Text that holds one is kept as its bytes.
+        (b"a\x00b", {"base64": base64.b64encode(b"a\x00b").decode()}),
+        ("a\x00b", {"base64": base64.b64encode(b"a\x00b").decode()}),
+    ],
+)
+def test_decode_body_keeps_a_nul_character_out_of_the_payload(
+    raw: bytes | str, expected: Any
+) -> None:
+    assert decode_body(raw) == expected
+
+
 # --- import_callable ------------------------------------------------------------------------
 
 

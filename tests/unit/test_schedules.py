@@ -31,6 +31,11 @@ def test_validate_cron_error_names_the_expression(cron: str) -> None:
     assert repr(cron) in str(info.value)
 
 
+def test_validate_cron_rejects_an_expression_that_never_fires() -> None:
+    with pytest.raises(ValueError, match=r"'0 0 31 2 \*' never fires"):
+        validate_cron("0 0 31 2 *")
+
+
 def test_next_tick_is_strictly_after() -> None:
     start = datetime(2026, 3, 16, 9, 0, tzinfo=UTC)
     assert next_tick("0 * * * *", start) == datetime(2026, 3, 16, 10, 0, tzinfo=UTC)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 import structlog
@@ -10,16 +11,25 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from triggerer.daemon.backoff import backoff_s
+from triggerer import metrics
+from triggerer.daemon.backoff import until_stored
 from triggerer.daemon.registry import WatchedTrigger
-from triggerer.events import NewEvent, record_events
+from triggerer.dead_letters import (
+    Unstorable,
+    record_dead_letters,
+    rejection_reason,
+    unstorable,
+)
+from triggerer.events import NewEvent, Recorded, record_events
 from triggerer.store.models import EventSource
 from triggerer.triggers import TriggerEvent
 
 log = structlog.get_logger(__name__)
 
 Delivery = tuple[WatchedTrigger, TriggerEvent]
-RETRY_BACKOFF_MAX_S = 10.0
+
+_Item = TypeVar("_Item")
+_Written = TypeVar("_Written")
 
 
 class Ingest:
@@ -32,24 +42,28 @@ class Ingest:
 
     A database error keeps the batch and retries it with backoff: nothing is acked until its
     events are committed, so a crash at any point loses nothing, and the dedup key turns a
-    redelivery into an ack without a second event.
+    redelivery into an ack without a second event. An event the store cannot hold (a key too
+    long, a NUL character, a value the database refuses) is not retried: it is found before
+    writing or, when the database refuses a batch, by splitting the batch, and is kept in the
+    dead-letter table with the reason; its message is acked with the others.
     """
 
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
-        on_queued: Callable[[set[str]], None],
+        on_recorded: Callable[[Recorded], None],
         *,
         batch_size: int,
         commits_in_flight: int = 1,
     ) -> None:
         self._sessions = sessions
-        self._on_queued = on_queued
+        self._on_recorded = on_recorded
         self._batch_size = batch_size
         self._commit_slots = anyio.Semaphore(commits_in_flight)
-        # Totals since start, read by the benchmarks (and later the metrics endpoint).
+        # Totals since start, read by the benchmarks and tests (metrics count them too).
         self.events_recorded = 0
         self.duplicates = 0
+        self.dead_letters = 0
 
     async def run(self, deliveries: MemoryObjectReceiveStream[Delivery]) -> None:
         """Consume ``deliveries`` until every sender has closed, draining what is left."""
@@ -77,33 +91,96 @@ class Ingest:
                 self._commit_slots.release()
 
     async def _commit(self, batch: list[Delivery]) -> None:
-        new_events = [
-            NewEvent(
-                asset_id=asset_id,
-                extra={"from_trigger": True, "payload": event.payload},
-                source=EventSource.TRIGGER,
-                dedup_key=event.dedup_key,
-                partition_key=event.partition_key,
-                source_trigger_id=watched.trigger_id,
+        started = anyio.current_time()
+        storable: list[NewEvent] = []
+        letters: list[Unstorable] = []
+        for watched, event in batch:
+            for asset_id in watched.asset_ids:
+                new_event = NewEvent(
+                    asset_id=asset_id,
+                    extra={"from_trigger": True, "payload": event.payload},
+                    source=EventSource.TRIGGER,
+                    dedup_key=event.dedup_key,
+                    partition_key=event.partition_key,
+                    source_trigger_id=watched.trigger_id,
+                )
+                reason = unstorable(new_event)
+                if reason is None:
+                    storable.append(new_event)
+                else:
+                    letters.append(Unstorable(new_event, reason))
+        recorded, rejected = await self._write_bisecting(record_events, storable)
+        letters += [Unstorable(event, reason) for event, reason in rejected]
+        if letters:
+            await self._dead_letter(letters)
+        metrics.committed([event.payload for _, event in batch], anyio.current_time() - started)
+        for part in recorded:
+            self.events_recorded += len(part.events)
+            self.duplicates += part.duplicates
+            self._on_recorded(part)
+
+    async def _dead_letter(self, letters: list[Unstorable]) -> None:
+        for letter in letters:
+            log.warning(
+                "event_dead_lettered",
+                trigger_id=letter.event.source_trigger_id,
+                asset_id=letter.event.asset_id,
+                dedup_key=letter.event.dedup_key,
+                reason=letter.reason,
             )
-            for watched, event in batch
-            for asset_id in watched.asset_ids
-        ]
-        attempt = 0
-        while True:
+        inserted, lost = await self._write_bisecting(record_dead_letters, letters)
+        self.dead_letters += sum(inserted)
+        metrics.DEAD_LETTERS.inc(sum(inserted))
+        for letter, error in lost:
+            # Every value of a dead letter is made storable, so only a row deleted meanwhile
+            # (its asset or trigger) gets here. Holding the message would stop its watcher for
+            # good: it is logged in full instead, and acked.
+            log.error(
+                "dead_letter_rejected",
+                trigger_id=letter.event.source_trigger_id,
+                asset_id=letter.event.asset_id,
+                dedup_key=letter.event.dedup_key,
+                reason=letter.reason,
+                error=error,
+                extra=letter.event.extra,
+            )
+
+    async def _write_bisecting(
+        self, write: Callable[[AsyncSession, list[_Item]], Awaitable[_Written]], items: list[_Item]
+    ) -> tuple[list[_Written], list[tuple[_Item, str]]]:
+        """Write ``items`` in one transaction; when the store rejects their data, write each
+        half on its own, down to the single items it rejects.
+
+        Returns what each committed transaction's ``write`` returned, and the items rejected
+        with the database's reason. A batch with one bad item among n costs about 2 log2(n)
+        transactions more than a good one.
+        """
+        written: list[_Written] = []
+        rejected: list[tuple[_Item, str]] = []
+        parts = [items] if items else []
+        while parts:
+            part = parts.pop()
             try:
-                async with self._sessions.begin() as session:
-                    recorded = await record_events(session, new_events)
-                break
-            except DBAPIError as error:  # OperationalError (a lost connection) among them
-                attempt += 1
-                delay = backoff_s(attempt, RETRY_BACKOFF_MAX_S)
-                log.warning("ingest_commit_failed", error=str(error), retry_in_s=round(delay, 2))
-                await anyio.sleep(delay)
-        self.events_recorded += len(recorded.events)
-        self.duplicates += recorded.duplicates
-        if recorded.queued_pipelines:
-            self._on_queued(recorded.queued_pipelines)
+                written.append(await self._write(write, part))
+            except DBAPIError as error:  # a rejection: _write retries the other errors
+                if len(part) == 1:
+                    rejected.append((part[0], rejection_reason(error)))
+                else:
+                    middle = len(part) // 2
+                    parts += [part[middle:], part[:middle]]
+        return written, rejected
+
+    async def _write(
+        self, write: Callable[[AsyncSession, list[_Item]], Awaitable[_Written]], items: list[_Item]
+    ) -> _Written:
+        """Commit ``write(session, items)``, retrying with backoff until the store answers;
+        its rejection of the data is raised (the caller splits the batch)."""
+
+        async def once() -> _Written:
+            async with self._sessions.begin() as session:
+                return await write(session, items)
+
+        return await until_stored(once, during="ingest")
 
 
 async def _ack(batch: list[Delivery]) -> None:

@@ -7,6 +7,7 @@ emits nothing and is retried with backoff while it has tries left.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import signal
@@ -21,13 +22,17 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
 
-from triggerer import runner
+from triggerer import lifeline, metrics, runner
 from triggerer.assets import Asset, AssetAlias
-from triggerer.daemon.registry import Registry, ensure_alias, ensure_asset
-from triggerer.events import NewEvent, record_events
+from triggerer.daemon.backoff import until_stored
+from triggerer.daemon.registry import DefinitionChanges, Registry, ensure_alias, ensure_asset
+from triggerer.events import NewEvent, Recorded, record_events
 from triggerer.store import models
+from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource, RunState
 from triggerer.store.types import utcnow
 
@@ -39,10 +44,18 @@ log = structlog.get_logger(__name__)
 
 POLL_S = 5.0
 KILL_GRACE_S = 5.0
+UNRECORDABLE = (IntegrityError, LookupError, TypeError, ValueError)
+"""What recording a malformed or conflicting run result raises: the run fails, not the daemon."""
 
 
 class Launcher:
-    """Starts runs as they are created; a run's process dies with the daemon."""
+    """Starts runs as they are created; a run's process dies with the daemon.
+
+    Once a run's end is committed, ``on_run_finished`` gets its pipeline to evaluate again (a
+    slot under ``max_active_runs`` is free), and a successful run's outlets are reported: the
+    assets and aliases they created to ``on_definitions``, their events (which wake their
+    consumers) to ``on_events``.
+    """
 
     def __init__(
         self,
@@ -51,12 +64,17 @@ class Launcher:
         settings: Settings,
         instance_id: str,
         on_run_finished: Callable[[set[str]], None],
+        *,
+        on_events: Callable[[Recorded], None],
+        on_definitions: Callable[[DefinitionChanges], None],
     ) -> None:
         self._sessions = sessions
         self._registry = registry
         self._settings = settings
         self._instance_id = instance_id
         self._on_run_finished = on_run_finished
+        self._on_events = on_events
+        self._on_definitions = on_definitions
         self._woken = anyio.Event()
         self._accepting = True
         # A run is in progress from its claim until its end is recorded; each has a scope
@@ -83,20 +101,24 @@ class Launcher:
         self._woken.set()
 
     async def run(self, task_group: TaskGroup) -> None:
-        """Claim runs and start them in ``task_group`` until cancelled or stopped."""
+        """Claim runs, oldest first and at most ``[runs] parallelism`` in progress at once, and
+        start them in ``task_group`` until cancelled or stopped."""
         while self._accepting:
             self._woken = anyio.Event()
-            for run_pk in await self._claimable():
+            free = self._settings.runs.parallelism - len(self._in_progress)
+            for run_pk in await self._claimable(free) if free > 0 else ():
                 if not self._accepting:
                     break
                 if await self._claim(run_pk):
                     self._in_progress[run_pk] = anyio.CancelScope()
                     self._idle = anyio.Event()
                     task_group.start_soon(self._execute, run_pk)
+                else:
+                    self._woken.set()  # another instance took it: look for the next one
             with anyio.move_on_after(POLL_S):
                 await self._woken.wait()
 
-    async def _claimable(self) -> list[int]:
+    async def _claimable(self, limit: int) -> list[int]:
         async with self._sessions() as session:
             rows = await session.scalars(
                 select(models.Run.id)
@@ -108,6 +130,7 @@ class Launcher:
                     )
                 )
                 .order_by(models.Run.id)
+                .limit(limit)
             )
             return list(rows.all())
 
@@ -134,10 +157,7 @@ class Launcher:
             ended = Ended(interrupted=True)
             log_path: Path | None = None
             with self._in_progress[run_pk]:
-                async with self._sessions() as session:
-                    run = await session.get_one(models.Run, run_pk)
-                    pipeline = self._registry().pipelines.get(run.pipeline_id)
-                    spec = await self._spec(session, run, pipeline) if pipeline else None
+                run, spec = await until_stored(lambda: self._read(run_pk), during="run start")
                 structlog.contextvars.bind_contextvars(run_id=run.run_id)
                 folder = Path(self._settings.spark.logs_dir) / run.pipeline_id / run.run_id
                 log_path = folder / f"try-{run.try_number}.log"
@@ -146,15 +166,32 @@ class Launcher:
                     ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
                 else:
                     ended = await self._run_child(spec, folder, log_path, run.try_number)
-            # Recorded even when shutdown interrupted the run: it is queued to run again.
+            # Recorded even when shutdown interrupted the run (it is queued to run again), and
+            # however long the store is away: a run is never left running with no process.
             with anyio.CancelScope(shield=True):
-                state, queued = await self._finish(run_pk, ended, log_path)
-            log.info("run_finished", run_pk=run_pk, state=state, error=ended.error)
-            self._on_run_finished(queued)
+                finished = await until_stored(
+                    lambda: self._finish(run_pk, ended, log_path), during="run end"
+                )
+            log.info("run_finished", run_pk=run_pk, state=finished.state, error=ended.error)
+            metrics.run_finished(
+                finished.pipeline_id, finished.state, finished.started, finished.ended
+            )
+            self._on_run_finished({finished.pipeline_id})
+            if finished.outlets is not None:
+                self._on_definitions(finished.outlets.changes)
+                self._on_events(finished.outlets.recorded)
         finally:
             del self._in_progress[run_pk]
             if not self._in_progress:
                 self._idle.set()
+            self.wake()  # a slot is free for the next queued run
+
+    async def _read(self, run_pk: int) -> tuple[models.Run, dict[str, Any] | None]:
+        """The claimed run, and the spec its child process runs (``None``: no such pipeline)."""
+        async with self._sessions() as session:
+            run = await session.get_one(models.Run, run_pk)
+            pipeline = self._registry().pipelines.get(run.pipeline_id)
+            return run, await self._spec(session, run, pipeline) if pipeline else None
 
     async def _run_child(
         self, spec: dict[str, Any], folder: Path, log_path: Path, try_number: int
@@ -162,10 +199,16 @@ class Launcher:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
         await anyio.Path(spec_path).write_text(json.dumps(spec))
-        command = _command(self._settings, spec_path, result_path)
+        env = _child_env()
+        command = _command(self._settings, spec_path, result_path, env["SPARK_HOME"])
         with log_path.open("ab") as log_file:
+            # A process group of its own: _terminate() stops the run's whole process tree.
             process = await anyio.open_process(
-                command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
             try:
                 returncode = await process.wait()
@@ -178,10 +221,12 @@ class Launcher:
     async def _spec(
         self, session: AsyncSession, run: models.Run, pipeline: Pipeline
     ) -> dict[str, Any]:
+        producer = aliased(models.Run)
         rows = await session.execute(
-            select(models.AssetEvent, models.Asset)
+            select(models.AssetEvent, models.Asset, producer.run_id)
             .join(models.RunEvent, models.RunEvent.event_id == models.AssetEvent.id)
             .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+            .outerjoin(producer, producer.id == models.AssetEvent.source_run_pk)
             .where(models.RunEvent.run_pk == run.id)
             .order_by(models.AssetEvent.id)
         )
@@ -193,8 +238,9 @@ class Launcher:
                 "timestamp": event.timestamp.isoformat(),
                 "source": event.source,
                 "partition_key": event.partition_key,
+                "source_run_id": source_run_id,
             }
-            for event, asset in rows.all()
+            for event, asset, source_run_id in rows.all()
         ]
         spark = self._settings.spark
         return {
@@ -204,7 +250,8 @@ class Launcher:
             "application": pipeline.application,
             "try_number": run.try_number,
             "partition_key": run.partition_key,
-            "params": run.params,
+            # Manual runs carry only what was given: the pipeline's defaults fill in the rest.
+            "params": {**pipeline.params, **run.params},
             "triggering_events": events,
             "database_url": self._settings.database.url,
             "spark": {
@@ -215,20 +262,32 @@ class Launcher:
             },
         }
 
-    async def _finish(
-        self, run_pk: int, ended: Ended, log_path: Path | None
-    ) -> tuple[str, set[str]]:
-        """Record how a try ended; the new state and the pipelines to evaluate again."""
+    async def _finish(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished:
+        """Record how a try ended (its new state, the pipelines to evaluate again, its outlets).
+
+        A result that cannot be recorded (outlets the store rejects) fails the run with the
+        reason instead of failing the daemon.
+        """
+        try:
+            return await self._record(run_pk, ended, log_path)
+        except (*UNRECORDABLE, *STORE_ERRORS) as error:
+            if ended.result is None or is_outage(error):
+                raise
+            failed = Ended(error=f"its outlet events could not be recorded: {error}")
+            log.error("run_outlets_unrecordable", run_pk=run_pk, error=str(error))
+            return await self._record(run_pk, failed, log_path)
+
+    async def _record(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished:
+        outlets = None
         async with self._sessions.begin() as session:
             run = await session.get_one(models.Run, run_pk, with_for_update=True)
-            queued = {run.pipeline_id}
             run.log_path = str(log_path) if log_path else run.log_path
-            run.end_date = utcnow()
+            run.end_date = end_date = utcnow()
             if ended.interrupted:
                 run.state, run.try_number = RunState.QUEUED, run.try_number - 1
             elif ended.result is not None:
                 run.state = RunState.SUCCESS
-                queued |= await _record_outlets(session, run, ended.result)
+                outlets = await _record_outlets(session, run, ended.result)
             elif run.try_number < run.max_tries:
                 pipeline = self._registry().pipelines.get(run.pipeline_id)
                 delay_s = pipeline.retry_delay_s if pipeline is not None else 10.0
@@ -236,7 +295,26 @@ class Launcher:
                 run.next_try_at = retry_at(run.try_number, delay_s)
             else:
                 run.state, run.error = RunState.FAILED, ended.error
-            return run.state, queued
+        return Finished(run.pipeline_id, run.state, run.start_date, end_date, outlets)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outlets:
+    """What a successful run's outlets committed: events, and assets and aliases created."""
+
+    recorded: Recorded
+    changes: DefinitionChanges
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """A try's end as recorded."""
+
+    pipeline_id: str
+    state: str
+    started: datetime | None
+    ended: datetime
+    outlets: Outlets | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,16 +337,19 @@ async def _ended(returncode: int, result_path: Path, log_path: Path) -> Ended:
 
 async def _record_outlets(
     session: AsyncSession, run: models.Run, result: dict[str, Any]
-) -> set[str]:
+) -> Outlets:
+    changes = DefinitionChanges()
     events: dict[tuple[int, str], NewEvent] = {}
     through: dict[tuple[int, str], set[int]] = {}
     for outlet in result["assets"]:
-        asset_id = await ensure_asset(session, Asset(outlet["name"], outlet["uri"]))
+        asset = Asset(outlet["name"], outlet["uri"])
+        asset_id = await ensure_asset(session, asset, define=False, changes=changes)
         key = (asset_id, json.dumps(outlet["extra"], sort_keys=True))
         events[key] = _outlet_event(asset_id, outlet["extra"], run)
     for add in result["alias_adds"]:
-        asset_id = await ensure_asset(session, Asset(add["name"], add["uri"]))
-        alias_id = await ensure_alias(session, AssetAlias(add["alias"]))
+        asset = Asset(add["name"], add["uri"])
+        asset_id = await ensure_asset(session, asset, define=False, changes=changes)
+        alias_id = await ensure_alias(session, AssetAlias(add["alias"]), changes)
         await session.merge(models.AssetAliasAsset(alias_id=alias_id, asset_id=asset_id))
         # The same asset with the same extra through several aliases is one event.
         key = (asset_id, json.dumps(add["extra"], sort_keys=True))
@@ -276,15 +357,16 @@ async def _record_outlets(
         through.setdefault(key, set()).add(alias_id)
     await session.flush()
     recorded = await record_events(session, list(events.values()))
-    event_ids = {event.dedup_key: event.id for event in recorded.events}
+    # Two assets with the same extra have the same dedup key: an event is its asset and key.
+    event_ids = {(event.asset_id, event.dedup_key): event.id for event in recorded.events}
     for key, alias_ids in through.items():
-        event_id = event_ids.get(events[key].dedup_key)
+        event_id = event_ids.get((key[0], events[key].dedup_key))
         if event_id is not None:
             session.add_all(
                 models.AssetEventAlias(event_id=event_id, alias_id=alias_id)
                 for alias_id in alias_ids
             )
-    return recorded.queued_pipelines
+    return Outlets(recorded, changes)
 
 
 def _outlet_event(asset_id: int, extra: dict[str, Any], run: models.Run) -> NewEvent:
@@ -299,12 +381,49 @@ def _outlet_event(asset_id: int, extra: dict[str, Any], run: models.Run) -> NewE
     )
 
 
-def _command(settings: Settings, spec_path: Path, result_path: Path) -> list[str]:
+def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home: str) -> list[str]:
+    """A run's process: the runner, or spark-submit running it, started so that it dies with
+    the daemon (see :mod:`triggerer.lifeline`)."""
     arguments = [str(spec_path), str(result_path)]
-    if settings.spark.mode == "submit":
-        submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-        return [submit, "--master", settings.spark.master, runner.__file__, *arguments]
-    return [sys.executable, "-m", "triggerer.runner", *arguments]
+    spark = settings.spark
+    if spark.mode == "submit":
+        # [spark] conf goes to spark-submit: driver settings such as spark.driver.memory or
+        # spark.pyspark.python only apply there, before the driver starts.
+        confs = [f"--conf={key}={value}" for key, value in spark.conf.items()]
+        submit = os.path.join(spark_home, "bin", "spark-submit")
+        run = [submit, "--master", spark.master, *confs, runner.__file__, *arguments]
+    else:
+        run = [sys.executable, "-m", "triggerer.runner", *arguments]
+    return [sys.executable, "-I", lifeline.__file__, str(os.getpid()), *run]
+
+
+def _child_env() -> dict[str, str]:
+    """The daemon's environment, plus the Spark home and the Python that runs use unless it
+    names them itself: ``SPARK_HOME`` (pyspark's own folder) and the daemon's interpreter as
+    the driver's and executors' Python.
+
+    A service manager starts the daemon without its virtualenv on PATH, where spark-submit
+    would look for both and find a Python without pyspark and triggerer. In ``submit`` mode
+    ``spark.pyspark.python`` and ``spark.pyspark.driver.python`` in ``[spark] conf`` take
+    precedence over these (spark-submit reads them).
+    """
+    env = dict(os.environ)
+    defaults = {
+        "SPARK_HOME": _pyspark_home(),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    for name, value in defaults.items():
+        env[name] = env.get(name) or value
+    return env
+
+
+def _pyspark_home() -> str:
+    """The pyspark package's folder, found without importing it: a Spark home (bin/, jars/)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("pyspark, a dependency of triggerer, is not installed")
+    return os.path.dirname(spec.origin)
 
 
 async def _terminate(process: anyio.abc.Process) -> None:

@@ -8,21 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import structlog
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from triggerer.assets import Asset, AssetAlias
+from triggerer.assets import Asset, AssetAlias, AssetWatcher
 from triggerer.schedules import PartitionedAssetTimetable, next_tick
 from triggerer.store import models
-from triggerer.store.models import RefRole, trigger_key
+from triggerer.store.models import RefRole, TriggerState, trigger_key
 from triggerer.store.types import utcnow
+from triggerer.triggers import check_json, load_trigger
 
 if TYPE_CHECKING:
     from triggerer.loader import LoadedPipelines
     from triggerer.pipelines import Pipeline
     from triggerer.triggers import BaseEventTrigger
+
+log = structlog.get_logger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,11 +49,41 @@ class Registry:
     triggers: dict[int, WatchedTrigger]
 
 
-async def sync_definitions(session: AsyncSession, loaded: LoadedPipelines) -> Registry:
-    """Upsert everything ``loaded`` defines; the caller commits."""
-    asset_ids = {asset: await ensure_asset(session, asset) for asset in loaded.assets.values()}
-    alias_ids = {alias: await ensure_alias(session, alias) for alias in loaded.aliases}
+@dataclasses.dataclass
+class DefinitionChanges:
+    """Assets and aliases a transaction created or changed: for listeners, after its commit."""
+
+    created_assets: list[Asset] = dataclasses.field(default_factory=list)
+    created_aliases: list[AssetAlias] = dataclasses.field(default_factory=list)
+    changed_assets: list[Asset] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.created_assets or self.created_aliases or self.changed_assets)
+
+
+async def sync_definitions(
+    session: AsyncSession, loaded: LoadedPipelines, changes: DefinitionChanges | None = None
+) -> Registry:
+    """Upsert everything ``loaded`` defines; the caller commits.
+
+    ``changes``, when given, collects the assets and aliases created and the assets whose
+    extra, group or watchers changed.
+    """
+    changes = DefinitionChanges() if changes is None else changes
+    watchers_before = await _watchers_by_asset(session)
+    asset_ids = {
+        asset: await ensure_asset(session, asset, changes=changes)
+        for asset in loaded.assets.values()
+    }
+    alias_ids = {alias: await ensure_alias(session, alias, changes) for alias in loaded.aliases}
     triggers = await _sync_watchers(session, loaded, asset_ids)
+    watchers_after = await _watchers_by_asset(session)
+    reported = set(changes.created_assets) | set(changes.changed_assets)
+    changes.changed_assets.extend(
+        asset
+        for asset, asset_id in asset_ids.items()
+        if asset not in reported and watchers_before.get(asset_id) != watchers_after.get(asset_id)
+    )
     await _sync_pipelines(session, loaded.pipelines, asset_ids, alias_ids)
     return Registry(
         assets={asset_id: asset for asset, asset_id in asset_ids.items()},
@@ -60,8 +94,14 @@ async def sync_definitions(session: AsyncSession, loaded: LoadedPipelines) -> Re
     )
 
 
-async def ensure_asset(session: AsyncSession, asset: Asset) -> int:
-    """The id of ``asset``, creating its row (or updating extra and group) as needed."""
+async def ensure_asset(
+    session: AsyncSession, asset: Asset, *, define: bool = True, changes: DefinitionChanges
+) -> int:
+    """The id of ``asset``, creating its row as needed (noted in ``changes``).
+
+    With ``define`` (the pipelines folder's definition) its extra and group are written too;
+    without (an outlet or alias addition that only names the asset) an existing row is kept.
+    """
     row = await session.scalar(
         select(models.Asset).where(models.Asset.name == asset.name, models.Asset.uri == asset.uri)
     )
@@ -69,13 +109,15 @@ async def ensure_asset(session: AsyncSession, asset: Asset) -> int:
         row = models.Asset(name=asset.name, uri=asset.uri, group=asset.group, extra=asset.extra)
         session.add(row)
         await session.flush()
-    elif (row.extra, row.group) != (asset.extra, asset.group):
+        changes.created_assets.append(asset)
+    elif define and (row.extra, row.group) != (asset.extra, asset.group):
         row.extra, row.group = asset.extra, asset.group
+        changes.changed_assets.append(asset)
     return row.id
 
 
-async def ensure_alias(session: AsyncSession, alias: AssetAlias) -> int:
-    """The id of ``alias``, creating its row as needed."""
+async def ensure_alias(session: AsyncSession, alias: AssetAlias, changes: DefinitionChanges) -> int:
+    """The id of ``alias``, creating its row as needed (noted in ``changes``)."""
     alias_id = await session.scalar(
         select(models.AssetAlias.id).where(models.AssetAlias.name == alias.name)
     )
@@ -84,7 +126,18 @@ async def ensure_alias(session: AsyncSession, alias: AssetAlias) -> int:
         session.add(row)
         await session.flush()
         alias_id = row.id
+        changes.created_aliases.append(alias)
     return alias_id
+
+
+async def _watchers_by_asset(session: AsyncSession) -> dict[int, set[tuple[str, int]]]:
+    """Each asset's watchers as (name, trigger id): a trigger id changes with its options."""
+    watchers: dict[int, set[tuple[str, int]]] = {}
+    watcher = models.AssetWatcher
+    rows = await session.execute(select(watcher.asset_id, watcher.name, watcher.trigger_id))
+    for asset_id, name, trigger_id in rows.all():
+        watchers.setdefault(asset_id, set()).add((name, trigger_id))
+    return watchers
 
 
 async def _sync_watchers(
@@ -94,20 +147,50 @@ async def _sync_watchers(
     watching: dict[str, list[int]] = {}
     wanted: set[tuple[int, str]] = set()
     trigger_ids: dict[str, int] = {}
-    for asset in loaded.assets.values():
-        for watcher in asset.watchers:
-            classpath, kwargs = watcher.trigger.serialize()
-            key = trigger_key(classpath, kwargs)
-            instances.setdefault(key, watcher.trigger)
-            watching.setdefault(key, []).append(asset_ids[asset])
-            if key not in trigger_ids:
-                trigger_ids[key] = await _ensure_trigger(session, key, classpath, kwargs)
-            wanted.add((asset_ids[asset], watcher.name))
+    as_run: dict[str, BaseEventTrigger] = {}
+    sources: dict[str, tuple[str, str]] = {}
+    refused: set[str] = set()
+    # In the order the assets were registered, then by name: the first watcher of a shared
+    # trigger names its instance (for_watcher), and the first trigger on a source keeps it.
+    in_order = sorted(
+        ((asset, watcher) for asset in loaded.assets.values() for watcher in asset.watchers),
+        key=lambda pair: (asset_ids[pair[0]], pair[1].name),
+    )
+    for asset, watcher in in_order:
+        wanted.add((asset_ids[asset], watcher.name))
+        try:
+            runnable = _runnable(asset, watcher, as_run)
+        except TriggerUnusable as error:
+            log.error("watcher_unusable", watcher=watcher.name, asset=asset.name, error=str(error))
+            trigger_id = await _failed_trigger(session, asset, watcher.name, str(error))
             await session.merge(
                 models.AssetWatcher(
-                    asset_id=asset_ids[asset], name=watcher.name, trigger_id=trigger_ids[key]
+                    asset_id=asset_ids[asset], name=watcher.name, trigger_id=trigger_id
                 )
             )
+            continue
+        key = trigger_key(runnable.classpath, runnable.kwargs)
+        instances.setdefault(key, runnable.trigger)
+        watching.setdefault(key, []).append(asset_ids[asset])
+        if key not in trigger_ids:
+            trigger_ids[key] = await _ensure_trigger(
+                session, key, runnable.classpath, runnable.kwargs
+            )
+            described = f"watcher {watcher.name!r} of asset {asset.name!r}"
+            competing = _competing(runnable.exclusive_sources, key, described, sources)
+            if competing is not None:
+                refused.add(key)
+                log.error("watcher_refused", error=competing)
+                await session.execute(
+                    update(models.Trigger)
+                    .where(models.Trigger.id == trigger_ids[key])
+                    .values(state=TriggerState.FAILED, last_error=competing)
+                )
+        await session.merge(
+            models.AssetWatcher(
+                asset_id=asset_ids[asset], name=watcher.name, trigger_id=trigger_ids[key]
+            )
+        )
     for asset_id, name in (
         await session.execute(select(models.AssetWatcher.asset_id, models.AssetWatcher.name))
     ).all():
@@ -120,7 +203,79 @@ async def _sync_watchers(
     return {
         trigger_ids[key]: WatchedTrigger(trigger_ids[key], instances[key], tuple(watching[key]))
         for key in instances
+        if key not in refused
     }
+
+
+class TriggerUnusable(Exception):
+    """A watcher's trigger cannot be identified or rebuilt: that watcher fails, no other."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Runnable:
+    """The trigger the daemon runs for a watcher, with what its user-written methods said."""
+
+    trigger: BaseEventTrigger
+    classpath: str
+    kwargs: dict[str, Any]
+    exclusive_sources: tuple[str, ...]
+
+
+def _runnable(
+    asset: Asset, watcher: AssetWatcher, as_run: dict[str, BaseEventTrigger]
+) -> _Runnable:
+    """The trigger of ``watcher`` as the daemon runs it: one instance per equal trigger, bound
+    to its first watcher (``as_run`` keeps them), whose ``serialize()`` is strict JSON that
+    rebuilds an equal trigger."""
+    try:
+        shared = trigger_key(*watcher.trigger.serialize())
+        if shared not in as_run:
+            as_run[shared] = watcher.trigger.for_watcher(asset, watcher.name)
+        trigger = as_run[shared]
+        classpath, kwargs = trigger.serialize()
+        check_json(kwargs, f"the kwargs of {classpath}")
+        if trigger_key(*load_trigger(classpath, kwargs).serialize()) != trigger_key(
+            classpath, kwargs
+        ):
+            raise ValueError("load_trigger(*serialize()).serialize() differs from serialize()")
+        return _Runnable(trigger, classpath, kwargs, tuple(trigger.exclusive_sources()))
+    # serialize(), for_watcher(), exclusive_sources() and __init__ are user code: whatever they
+    # raise fails this watcher alone.
+    except Exception as error:
+        name = f"{type(watcher.trigger).__module__}.{type(watcher.trigger).__qualname__}"
+        raise TriggerUnusable(
+            f"{name} cannot be serialised and rebuilt: {type(error).__name__}: {error}"
+        ) from error
+
+
+async def _failed_trigger(session: AsyncSession, asset: Asset, watcher: str, error: str) -> int:
+    """A trigger row in state ``failed`` that shows ``error`` for the watcher of ``asset``."""
+    classpath = "<unusable>"
+    key = trigger_key(classpath, {"asset": [asset.name, asset.uri], "watcher": watcher})
+    trigger_id = await _ensure_trigger(session, key, classpath, {})
+    await session.execute(
+        update(models.Trigger)
+        .where(models.Trigger.id == trigger_id)
+        .values(state=TriggerState.FAILED, last_error=error)
+    )
+    return trigger_id
+
+
+def _competing(
+    exclusive: tuple[str, ...], key: str, described: str, sources: dict[str, tuple[str, str]]
+) -> str | None:
+    """Why the trigger ``key`` may not run: an earlier, different trigger reads one of its
+    ``exclusive`` sources; else ``None``, and its sources are claimed."""
+    for source in exclusive:
+        first_key, first = sources.get(source, (key, described))
+        if first_key != key:
+            return (
+                f"{described} is refused: it reads {source} like {first} with different "
+                "options, and each would take messages the other needs; give both assets one "
+                "trigger with equal options, or read separate sources"
+            )
+    sources.update(dict.fromkeys(exclusive, (key, described)))
+    return None
 
 
 async def _ensure_trigger(
@@ -154,7 +309,12 @@ async def _sync_pipelines(
             session.add(row)
         schedule = pipeline.schedule
         row.fileloc = str(pipeline.fileloc)
-        row.schedule = {"schedule": schedule.as_json() if schedule is not None else None}
+        row.next_cron_at = _next_cron_at(pipeline, row, now)
+        # "cron": the expression next_cron_at follows, so a changed one gets a tick of its own.
+        row.schedule = {
+            "schedule": schedule.as_json() if schedule is not None else None,
+            "cron": pipeline.cron,
+        }
         row.schedule_text = str(schedule) if schedule is not None else "manual"
         row.is_active = True
         row.partitioned = isinstance(schedule, PartitionedAssetTimetable)
@@ -162,15 +322,20 @@ async def _sync_pipelines(
         row.run_policy = pipeline.run_policy
         row.max_events_per_run = pipeline.max_events_per_run
         row.retries = pipeline.retries
-        row.next_cron_at = _next_cron_at(pipeline, row.next_cron_at, now)
         await session.flush()
         await _sync_refs(session, pipeline, asset_ids, alias_ids)
 
 
-def _next_cron_at(pipeline: Pipeline, current: datetime | None, now: datetime) -> datetime | None:
+def _next_cron_at(pipeline: Pipeline, row: models.Pipeline, now: datetime) -> datetime | None:
+    """The next tick of ``pipeline``: the one ``row`` has while its cron expression is the same
+    (even when overdue: it is still to run), else the first tick of the expression after now.
+    A row written before the expression was recorded keeps its tick."""
     if pipeline.cron is None:
         return None
-    return current if current is not None else next_tick(pipeline.cron, now)
+    ticks_of = (row.schedule or {}).get("cron", pipeline.cron)
+    if row.next_cron_at is not None and ticks_of == pipeline.cron:
+        return row.next_cron_at
+    return next_tick(pipeline.cron, now)
 
 
 async def _sync_refs(

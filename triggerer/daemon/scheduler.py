@@ -4,11 +4,19 @@ A run is created in one transaction that inserts the run, records the exact even
 and deletes their queue rows. The unique run key, the unique ``(pipeline, event)`` of consumed
 events and a row-count check on the delete make concurrent schedulers (threads, processes or
 hosts) safe: the loser rolls back and looks again.
+
+Each pipeline is a fault boundary. When evaluating it fails (a condition or partition mapper
+that raises, a partition key its mapper cannot map, a ``max_events_per_run`` too small for its
+condition, a run the store refuses) the reason goes to ``pipeline.error`` and the log, and the
+other pipelines go on; the error is cleared once the pipeline evaluates cleanly. The store being
+unavailable (``is_outage``) is no pipeline's fault: that propagates to the caller, which retries
+the whole loop.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import hashlib
+import math
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -17,13 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from triggerer.schedules import CronPartitionTimetable, PartitionedAssetTimetable, next_tick
+from triggerer import metrics
+from triggerer.daemon.picking import Pick, Queued, describe, pick_run
+from triggerer.schedules import CronPartitionTimetable, next_tick
 from triggerer.store import models
-from triggerer.store.models import RunState, RunType
+from triggerer.store.failures import is_outage
+from triggerer.store.models import ID_LENGTH, RefRole, RunState, RunType
 from triggerer.store.notices import notify_runs
 from triggerer.store.types import utcnow
 
@@ -43,16 +54,6 @@ class ConsumedElsewhere(Exception):
     """Another scheduler consumed some of the picked events first."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Queued:
-    """One queue row: an event waiting for a pipeline."""
-
-    row_id: int
-    event_id: int
-    asset_id: int
-    partition_key: str | None
-
-
 class Scheduler:
     """Evaluates pipelines when woken (by ingest, finished runs, or the clock)."""
 
@@ -67,7 +68,12 @@ class Scheduler:
         self._on_run_created = on_run_created
         self._dirty: set[str] = set()
         self._everything = True
+        self._swept_at = -math.inf
         self._woken = anyio.Event()
+        # The definitions the queue was last tidied for; a reload brings new ones.
+        self._tidied_for: Registry | None = None
+        # The due cron tick each pipeline waits with (at max_active_runs), logged once a tick.
+        self._waiting_ticks: dict[str, datetime] = {}
 
     def wake(self, pipeline_ids: Iterable[str] | None = None) -> None:
         """Ask for an evaluation of ``pipeline_ids`` (all pipelines when ``None``)."""
@@ -80,67 +86,132 @@ class Scheduler:
     async def run(self) -> None:
         """Evaluate until cancelled; everything on start, then what each wake names."""
         while True:
-            self._woken = anyio.Event()
-            registry = self._registry()
-            if self._everything:
-                dirty, self._everything = set(registry.pipelines), False
-            else:
-                dirty = self._dirty
-            self._dirty = set()
-            for pipeline_id in sorted(dirty):
-                pipeline = registry.pipelines.get(pipeline_id)
-                if pipeline is not None:
-                    await self.schedule(pipeline, registry)
-            wait_s = await self._fire_cron(registry)
-            with anyio.move_on_after(wait_s) as idle:
+            started = anyio.current_time()
+            wait_s = await self.run_once()
+            metrics.SCHEDULER_PASS.observe(anyio.current_time() - started)
+            with anyio.move_on_after(wait_s):
                 await self._woken.wait()
-            self._everything = self._everything or idle.cancelled_caught
+
+    async def run_once(self) -> float:
+        """One pass: the pipelines named by the wakes since the last pass (all of them on the
+        first pass, after a reload or an idle period), then the cron ticks that are due.
+        Returns the seconds until the next tick (or the idle sweep)."""
+        self._woken = anyio.Event()
+        registry = self._registry()
+        if registry is not self._tidied_for:
+            await self._drop_foreign_rows()
+            self._tidied_for, self._everything = registry, True
+        # A full look at least every IDLE_WAKE_S, however often wakes come: events queued by
+        # other processes wake no one here on SQLite, and must not wait for a quiet moment.
+        now = anyio.current_time()
+        if self._everything or now - self._swept_at >= IDLE_WAKE_S:
+            dirty, self._everything, self._swept_at = set(registry.pipelines), False, now
+        else:
+            dirty = self._dirty
+        self._dirty = set()
+        for pipeline_id in sorted(dirty):
+            pipeline = registry.pipelines.get(pipeline_id)
+            if pipeline is not None:
+                await self.schedule(pipeline, registry)
+        return await self._fire_cron(registry)
 
     async def schedule(self, pipeline: Pipeline, registry: Registry) -> int:
-        """Create every run the queued events of ``pipeline`` allow now; returns how many."""
+        """Create every run the queued events of ``pipeline`` allow now; returns how many.
+
+        Never raises for a fault of the pipeline (it is recorded on the pipeline instead);
+        database errors propagate.
+        """
         created = 0
+        try:
+            while (run_id := await self._next_asset_run(pipeline, registry)) is not None:
+                created += 1
+                log.info("run_created", pipeline_id=pipeline.pipeline_id, run_id=run_id)
+                self._on_run_created()
+        # The pipeline's fault boundary: its condition and mapper are user code, the store may
+        # refuse what its definition puts in a run, and one pipeline must not stop the others.
+        except Exception as error:
+            if is_outage(error):
+                raise  # the store's weather, no fault of the pipeline: the loop retries
+            await self._set_error(
+                pipeline.pipeline_id, f"evaluating its schedule failed: {describe(error)}", error
+            )
+        return created
+
+    async def _next_asset_run(self, pipeline: Pipeline, registry: Registry) -> str | None:
         while True:
             try:
                 async with self._sessions.begin() as session:
-                    run_id = await self._create_asset_run(session, pipeline, registry)
+                    return await self._create_asset_run(session, pipeline, registry)
             except (IntegrityError, ConsumedElsewhere):
                 log.info("run_creation_raced", pipeline_id=pipeline.pipeline_id)
-                continue
-            if run_id is None:
-                break
-            created += 1
-            log.info("run_created", pipeline_id=pipeline.pipeline_id, run_id=run_id)
-            self._on_run_created()
-        return created
 
     async def _create_asset_run(
         self, session: AsyncSession, pipeline: Pipeline, registry: Registry
     ) -> str | None:
-        condition = pipeline.condition
-        if condition is None or not await _may_start(session, pipeline):
+        paused, error = await _pipeline_state(session, pipeline.pipeline_id)
+        if pipeline.condition is None:
+            if pipeline.cron is None:
+                # Manual only: nothing to evaluate, so an error of an earlier schedule is gone.
+                await _report(session, pipeline.pipeline_id, error, None)
             return None
-        alias_members = await _alias_members(session, condition, registry)
-        # Cheap first: which assets have any queued event; a backlog waiting for another asset
-        # of an AND is not read again on every wake.
-        candidates = {registry.asset_ids[a] for a in condition.iter_assets()} | set(alias_members)
-        present = await _assets_with_queued(session, pipeline.pipeline_id, candidates)
-        if not condition.evaluate(_updated(present, registry, alias_members)):
+        # Paused or at max_active_runs: not evaluated, so its error (if any) stands.
+        if paused is not False or not await _below_max_active_runs(session, pipeline):
             return None
-        queued = await _queued(session, pipeline.pipeline_id)
-        if isinstance(pipeline.schedule, PartitionedAssetTimetable):
-            picked, partition_key = _pick_partition(
-                pipeline, pipeline.schedule, queued, registry, alias_members
-            )
-        else:
-            picked, partition_key = (
-                _pick(pipeline, condition, queued, registry, alias_members),
-                None,
-            )
-        if not picked:
+        pick = await _pick_queued(session, pipeline, pipeline.condition, registry)
+        if not pick.rows:
+            await _report(session, pipeline.pipeline_id, error, "; ".join(pick.problems) or None)
             return None
-        run_id = f"{pipeline.pipeline_id}__asset__{picked[0].event_id}"
-        await _insert_run(session, pipeline, run_id, RunType.ASSET, partition_key, picked)
+        run_id = _run_id(pipeline.pipeline_id, "asset", str(pick.rows[0].event_id))
+        await _insert_run(session, pipeline, run_id, RunType.ASSET, pick.partition_key, pick.rows)
         return run_id
+
+    async def _set_error(
+        self, pipeline_id: str, error: str | None, cause: BaseException | None = None
+    ) -> None:
+        async with self._sessions.begin() as session:
+            _, was = await _pipeline_state(session, pipeline_id)
+            await _report(session, pipeline_id, was, error, cause)
+
+    async def _drop_foreign_rows(self) -> None:
+        """Delete the queue rows no run can consume under the current definitions: of assets a
+        changed schedule no longer names, or plain rows of a pipeline now partitioned (and the
+        reverse). Rows of pipelines whose file is gone stay, in case it comes back."""
+        queue, pipeline = models.QueuedEvent, models.Pipeline
+        direct = select(models.PipelineAssetRef.pipeline_id).where(
+            models.PipelineAssetRef.pipeline_id == queue.pipeline_id,
+            models.PipelineAssetRef.asset_id == queue.asset_id,
+            models.PipelineAssetRef.role == RefRole.SCHEDULE,
+        )
+        through_alias = (
+            select(models.PipelineAliasRef.pipeline_id)
+            .join(
+                models.AssetAliasAsset,
+                models.AssetAliasAsset.alias_id == models.PipelineAliasRef.alias_id,
+            )
+            .where(
+                models.PipelineAliasRef.pipeline_id == queue.pipeline_id,
+                models.AssetAliasAsset.asset_id == queue.asset_id,
+                models.PipelineAliasRef.role == RefRole.SCHEDULE,
+            )
+        )
+        other_kind = select(pipeline.pipeline_id).where(
+            pipeline.pipeline_id == queue.pipeline_id,
+            or_(
+                and_(pipeline.partitioned.is_(True), queue.partition_key.is_(None)),
+                and_(pipeline.partitioned.is_(False), queue.partition_key.is_not(None)),
+            ),
+        )
+        active = select(pipeline.pipeline_id).where(pipeline.is_active.is_(True))
+        async with self._sessions.begin() as session:
+            dropped = await session.execute(
+                delete(queue).where(
+                    queue.pipeline_id.in_(active),
+                    or_(and_(~exists(direct), ~exists(through_alias)), exists(other_kind)),
+                )
+            )
+        count: int = dropped.rowcount  # type: ignore[attr-defined]  # CursorResult
+        if count:
+            log.info("queued_events_dropped", count=count, reason="not in the schedule any more")
 
     async def _fire_cron(self, registry: Registry) -> float:
         """Create the runs of cron ticks that are due; seconds until the next tick."""
@@ -162,38 +233,67 @@ class Scheduler:
             if tick > now:
                 wait_s = min(wait_s, (tick - now).total_seconds())
                 continue
-            await self._create_cron_run(pipeline, tick, next_tick(pipeline.cron, now))
-            wait_s = 0.0
+            try:
+                created = await self._create_cron_run(pipeline, pipeline.cron, tick, now)
+            except Exception as error:  # the pipeline's boundary, as in schedule()
+                if is_outage(error):
+                    raise
+                message = f"its cron tick {tick.isoformat()} failed: {describe(error)}"
+                await self._set_error(pipeline_id, message, error)
+                continue
+            if created:
+                wait_s = 0.0
         return wait_s
 
-    async def _create_cron_run(self, pipeline: Pipeline, tick: datetime, after: datetime) -> None:
-        run_id = f"{pipeline.pipeline_id}__cron__{tick.isoformat()}"
+    async def _create_cron_run(
+        self, pipeline: Pipeline, cron: str, tick: datetime, now: datetime
+    ) -> bool:
+        """Create the run of the due ``tick``; whether one was created.
+
+        While ``max_active_runs`` runs are active the tick waits, as Airflow's runs do: a run
+        ending wakes the scheduler, which then creates it. Ticks that passed meanwhile are not
+        run one by one: the next tick is the first one after now. A paused pipeline's ticks
+        pass without runs.
+        """
+        pipeline_id = pipeline.pipeline_id
+        run_id = _run_id(pipeline_id, "cron", tick.isoformat())
         partition_key = (
             tick.isoformat() if isinstance(pipeline.schedule, CronPartitionTimetable) else None
         )
+        after = next_tick(cron, now)
         try:
             async with self._sessions.begin() as session:
+                paused, error = await _pipeline_state(session, pipeline_id)
+                if not paused and not await _below_max_active_runs(session, pipeline):
+                    if self._waiting_ticks.get(pipeline_id) != tick:
+                        self._waiting_ticks[pipeline_id] = tick
+                        log.info(
+                            "cron_tick_waits",
+                            pipeline_id=pipeline_id,
+                            tick=tick.isoformat(),
+                            max_active_runs=pipeline.max_active_runs,
+                        )
+                    return False
                 moved = await session.execute(
                     update(models.Pipeline)
                     .where(
-                        models.Pipeline.pipeline_id == pipeline.pipeline_id,
+                        models.Pipeline.pipeline_id == pipeline_id,
                         models.Pipeline.next_cron_at == tick,
                     )
                     .values(next_cron_at=after)
                 )
-                if moved.rowcount != 1:  # type: ignore[attr-defined]  # CursorResult
-                    return
-                paused = await session.scalar(
-                    select(models.Pipeline.paused).where(
-                        models.Pipeline.pipeline_id == pipeline.pipeline_id
-                    )
-                )
-                if not paused:
-                    await _insert_run(session, pipeline, run_id, RunType.CRON, partition_key, [])
+                if moved.rowcount != 1 or paused:  # type: ignore[attr-defined]  # CursorResult
+                    return False
+                await _insert_run(session, pipeline, run_id, RunType.CRON, partition_key, [])
+                if pipeline.condition is None:
+                    # The tick is all a cron pipeline evaluates: it works again.
+                    await _report(session, pipeline_id, error, None)
         except IntegrityError:
-            return
-        log.info("run_created", pipeline_id=pipeline.pipeline_id, run_id=run_id, tick=str(tick))
+            return False
+        self._waiting_ticks.pop(pipeline_id, None)
+        log.info("run_created", pipeline_id=pipeline_id, run_id=run_id, tick=tick.isoformat())
         self._on_run_created()
+        return True
 
 
 async def create_manual_run(
@@ -204,7 +304,7 @@ async def create_manual_run(
     row = await session.get(models.Pipeline, pipeline_id)
     if row is None:
         raise LookupError(f"pipeline {pipeline_id!r} does not exist")
-    run_id = f"{pipeline_id}__manual__{uuid.uuid4().hex[:12]}"
+    run_id = _run_id(pipeline_id, "manual", uuid.uuid4().hex[:12])
     session.add(
         models.Run(
             run_id=run_id,
@@ -221,18 +321,78 @@ async def create_manual_run(
     return run_id
 
 
-async def _may_start(session: AsyncSession, pipeline: Pipeline) -> bool:
-    paused = await session.scalar(
-        select(models.Pipeline.paused).where(models.Pipeline.pipeline_id == pipeline.pipeline_id)
-    )
-    if paused is not False:
-        return False
+def _run_id(pipeline_id: str, kind: str, suffix: str) -> str:
+    """``{pipeline_id}__{kind}__{suffix}``, cut to fit the column: a pipeline id may be as long
+    as the column, so a long one is shortened and a digest of it keeps run ids apart."""
+    run_id = f"{pipeline_id}__{kind}__{suffix}"
+    if len(run_id) <= ID_LENGTH:
+        return run_id
+    tail = f"~{hashlib.sha256(pipeline_id.encode()).hexdigest()[:16]}__{kind}__{suffix}"
+    return pipeline_id[: ID_LENGTH - len(tail)] + tail
+
+
+async def _pipeline_state(
+    session: AsyncSession, pipeline_id: str
+) -> tuple[bool | None, str | None]:
+    """(paused, error) of the pipeline's row; paused is ``None`` when there is no row."""
+    row = (
+        await session.execute(
+            select(models.Pipeline.paused, models.Pipeline.error).where(
+                models.Pipeline.pipeline_id == pipeline_id
+            )
+        )
+    ).one_or_none()
+    return (None, None) if row is None else (row.paused, row.error)
+
+
+async def _below_max_active_runs(session: AsyncSession, pipeline: Pipeline) -> bool:
     active = await session.scalar(
         select(func.count())
         .select_from(models.Run)
         .where(models.Run.pipeline_id == pipeline.pipeline_id, models.Run.state.in_(ACTIVE_STATES))
     )
     return (active or 0) < pipeline.max_active_runs
+
+
+async def _report(
+    session: AsyncSession,
+    pipeline_id: str,
+    was: str | None,
+    error: str | None,
+    cause: BaseException | None = None,
+) -> None:
+    """Record ``error`` (``None``: the pipeline works) on the pipeline when it changed;
+    ``error_at`` keeps the time it started failing."""
+    if error is not None:
+        error = error.replace("\x00", "\\x00")  # user code's messages may hold NUL: not in text
+    if error == was:
+        return
+    values: dict[str, Any] = {"error": error}
+    if error is None:
+        values["error_at"] = None
+        log.info("pipeline_recovered", pipeline_id=pipeline_id)
+    else:
+        if was is None:
+            values["error_at"] = utcnow()
+        log.error("pipeline_failing", pipeline_id=pipeline_id, error=error, exc_info=cause)
+    await session.execute(
+        update(models.Pipeline).where(models.Pipeline.pipeline_id == pipeline_id).values(values)
+    )
+
+
+async def _pick_queued(
+    session: AsyncSession, pipeline: Pipeline, condition: BaseAsset, registry: Registry
+) -> Pick:
+    """The queue rows of the next run of ``pipeline``, if its condition allows one now."""
+    alias_members = await _alias_members(session, condition, registry)
+    # Cheap first: which assets have any queued event; a backlog waiting for another asset
+    # of an AND is not read again on every wake.
+    candidates = {registry.asset_ids[a] for a in condition.iter_assets()} | set(alias_members)
+    present = await _assets_with_queued(session, pipeline.pipeline_id, candidates)
+    if not condition.evaluate(_updated(present, registry, alias_members)):
+        return Pick()
+    rows = await _queued(session, pipeline.pipeline_id)
+    return pick_run(pipeline, condition, rows, registry, alias_members)
 
 
 async def _queued(session: AsyncSession, pipeline_id: str) -> list[Queued]:
@@ -300,47 +460,6 @@ def _updated(
             updated.add(asset)
         updated.update(alias_members.get(asset_id, ()))
     return updated
-
-
-def _pick(
-    pipeline: Pipeline,
-    condition: BaseAsset,
-    queued: list[Queued],
-    registry: Registry,
-    alias_members: dict[int, set[AssetAlias]],
-) -> list[Queued]:
-    """The queue rows one run consumes, or none when the condition does not hold."""
-    if not condition.evaluate(_updated({row.asset_id for row in queued}, registry, alias_members)):
-        return []
-    if pipeline.run_policy == "coalesce":
-        return queued[: pipeline.max_events_per_run]
-    oldest = queued[0]
-    if condition.evaluate(_updated([oldest.asset_id], registry, alias_members)):
-        return [oldest]
-    # per_event under AND: the oldest event of each asset.
-    firsts: dict[int, Queued] = {}
-    for row in queued:
-        firsts.setdefault(row.asset_id, row)
-    return sorted(firsts.values(), key=lambda row: row.row_id)
-
-
-def _pick_partition(
-    pipeline: Pipeline,
-    schedule: PartitionedAssetTimetable,
-    queued: list[Queued],
-    registry: Registry,
-    alias_members: dict[int, set[AssetAlias]],
-) -> tuple[list[Queued], str | None]:
-    """The rows of the oldest mapped partition key whose condition holds."""
-    by_key: dict[str, list[Queued]] = defaultdict(list)
-    for row in queued:
-        if row.partition_key is not None:
-            by_key[schedule.map_key(row.partition_key)].append(row)
-    for key, rows in by_key.items():
-        picked = _pick(pipeline, schedule.assets, rows, registry, alias_members)
-        if picked:
-            return picked, key
-    return [], None
 
 
 async def _insert_run(

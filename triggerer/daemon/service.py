@@ -14,29 +14,37 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from triggerer import metrics
+from triggerer.daemon.backoff import keep_running, until_stored
 from triggerer.daemon.ingest import Delivery, Ingest
 from triggerer.daemon.launcher import Launcher
 from triggerer.daemon.leases import Leases
-from triggerer.daemon.registry import Registry, sync_definitions
+from triggerer.daemon.notifier import Notifier
+from triggerer.daemon.registry import DefinitionChanges, Registry, sync_definitions
 from triggerer.daemon.scheduler import Scheduler
 from triggerer.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.daemon.wakeups import listen
+from triggerer.daemon.watchdog import watch_event_loop
 from triggerer.loader import LoadedPipelines, load_pipelines
 from triggerer.store import create_engine, models, notices, session_factory, upgrade
 from triggerer.store.engine import async_url
+from triggerer.store.failures import STORE_ERRORS
 from triggerer.store.models import RunState
 from triggerer.store.types import utcnow
 
 if TYPE_CHECKING:
+    from triggerer.api.server import ApiServer
     from triggerer.config import Settings
+    from triggerer.events import Recorded
 
 log = structlog.get_logger(__name__)
 
@@ -58,12 +66,25 @@ class Service:
         self.scheduler = Scheduler(sessions, lambda: self.registry, self._run_created)
         self.ingest = Ingest(
             sessions,
-            self.scheduler.wake,
+            self.events_recorded,
             batch_size=settings.daemon.ingest_batch_size,
             commits_in_flight=_commits_in_flight(settings.database.url),
         )
         self.launcher = Launcher(
-            sessions, lambda: self.registry, settings, self.instance_id, self.scheduler.wake
+            sessions,
+            lambda: self.registry,
+            settings,
+            self.instance_id,
+            self.scheduler.wake,
+            on_events=self.events_recorded,
+            on_definitions=self.definitions_changed,
+        )
+        self.notifier = Notifier(
+            settings.listeners.plugins,
+            settings.logging,
+            sessions,
+            lambda: self.registry.assets,
+            max_pending_events=settings.listeners.max_pending_events,
         )
         self.leases = Leases(sessions, self.instance_id, ttl_s=settings.daemon.dead_after_s)
         self.supervisor = Supervisor(
@@ -76,6 +97,18 @@ class Service:
 
         # Watcher states as last written, so a heartbeat writes only what changed.
         self._reported: dict[int, WatcherStatus] = {}
+
+    def events_recorded(self, recorded: Recorded) -> None:
+        """New events were committed (by a watcher, a run, the CLI or the REST API): the one
+        place that reacts to them, after the commit and never inside the transaction."""
+        if recorded.queued_pipelines:
+            self.scheduler.wake(recorded.queued_pipelines)
+        metrics.events_recorded(recorded)
+        self.notifier.events_recorded(recorded)
+
+    def definitions_changed(self, changes: DefinitionChanges) -> None:
+        """Assets or aliases were created or changed (committed): tell the listeners."""
+        self.notifier.definitions_changed(changes)
 
     def _run_created(self) -> None:
         self.launcher.wake()
@@ -94,8 +127,10 @@ class Service:
         )
         for error in loaded.errors:
             log.error("pipeline_file_failed", error=str(error))
+        changes = DefinitionChanges()
         async with self.sessions.begin() as session:
-            self.registry = await sync_definitions(session, loaded)
+            self.registry = await sync_definitions(session, loaded, changes)
+        self.definitions_changed(changes)
         self.supervisor.update(task_group, self.registry.triggers)
         self.scheduler.wake()
         log.info(
@@ -135,7 +170,8 @@ class Service:
 
     async def heartbeat(self) -> None:
         """Sign of life first (what ``triggerer check`` reads), then leases, watcher states
-        that changed since the last beat, and recovery of dead instances' runs."""
+        that changed since the last beat, recovery of dead instances' runs, and the metrics
+        read from the store."""
         async with self.sessions.begin() as session:
             await session.merge(
                 models.Instance(
@@ -146,6 +182,7 @@ class Service:
                 )
             )
         self.supervisor.leases_lost(await self.leases.renew())
+        self.supervisor.sample_lag()
         changed = {
             trigger_id: status
             for trigger_id, status in self.supervisor.status.items()
@@ -162,6 +199,7 @@ class Service:
                             "last_poll_at": status.last_poll_at,
                             "last_error": status.last_error,
                             "restart_count": status.restart_count,
+                            "lag": status.lag,
                             "instance_id": self.instance_id,
                         }
                         for trigger_id, status in changed.items()
@@ -171,6 +209,13 @@ class Service:
                 (trigger_id, dataclasses.replace(status)) for trigger_id, status in changed.items()
             )
         await self.recover()
+        async with self.sessions() as session:
+            queued = await session.execute(
+                select(models.QueuedEvent.pipeline_id, func.count()).group_by(
+                    models.QueuedEvent.pipeline_id
+                )
+            )
+            metrics.queued_events(dict(queued.all()), set(self.registry.pipelines))
 
 
 async def serve(
@@ -182,31 +227,49 @@ async def serve(
     """Run the daemon until ``shutdown_trigger`` returns (default: SIGTERM or SIGINT).
 
     ``task_status.started()`` is called once the database is migrated, the pipelines are
-    loaded and every part is running.
+    loaded and every part is running, the REST API too when ``[api] enabled``. A store that is
+    down at start is waited for; one that goes away later stops nothing: every loop that uses
+    it retries until it is back.
     """
-    await upgrade(settings.database.url)
+    await until_stored(lambda: upgrade(settings.database.url), during="upgrade")
     engine = create_engine(settings.database.url)
     service = Service(settings, session_factory(engine))
     try:
-        await service.recover()
+        await until_stored(service.recover, during="recover")
+        # Bound before anything runs: a port in use stops the start with one clear error.
+        api = _api_server(service) if settings.api.enabled else None
         async with anyio.create_task_group() as task_group:
-            await service.reload(task_group)
-            await service.heartbeat()
+            task_group.start_soon(watch_event_loop)
+            task_group.start_soon(service.notifier.run)
+            await until_stored(lambda: service.reload(task_group), during="reload")
+            await until_stored(service.heartbeat, during="heartbeat")
+            if api is not None:
+                task_group.start_soon(api.run)
             ingest_done = anyio.Event()
             task_group.start_soon(_until_done, service.ingest.run(service._receive), ingest_done)
-            task_group.start_soon(service.scheduler.run)
+            task_group.start_soon(partial(keep_running, service.scheduler.run, during="schedule"))
             runs = anyio.create_task_group()
             async with runs:
-                runs.start_soon(service.launcher.run, runs)
+                runs.start_soon(
+                    partial(keep_running, partial(service.launcher.run, runs), during="launch")
+                )
                 async with anyio.create_task_group() as background:
                     background.start_soon(
-                        _every, settings.daemon.heartbeat_interval_s, service.heartbeat
+                        partial(
+                            keep_running,
+                            partial(
+                                _every, settings.daemon.heartbeat_interval_s, service.heartbeat
+                            ),
+                            during="heartbeat",
+                        )
                     )
                     background.start_soon(_watch_folder, service, task_group)
                     background.start_soon(listen, engine, service.on_notice)
                     task_status.started()
                     await (shutdown_trigger or _signalled)()
                     log.info("shutdown_started")
+                    if api is not None:
+                        api.stop()
                     background.cancel_scope.cancel()
                 service.supervisor.stop()
                 service.launcher.stop_accepting()
@@ -217,11 +280,24 @@ async def serve(
                     await service.launcher.wait_idle()
                 service.launcher.interrupt()
                 await service.launcher.wait_idle()
+                with anyio.move_on_after(settings.daemon.shutdown_grace_s):
+                    await service.notifier.drained()
                 task_group.cancel_scope.cancel()
-        await service.leave()
+        try:
+            await service.leave()
+        except STORE_ERRORS as error:
+            # Nothing is lost: the heartbeat goes stale and the leases expire on their own.
+            log.warning("leave_failed", error=str(error).splitlines()[0])
     finally:
         await engine.dispose()
     log.info("shutdown_complete")
+
+
+def _api_server(service: Service) -> ApiServer:
+    # Imported only when the API is enabled: the web stack is not needed otherwise.
+    from triggerer.api.server import api_server
+
+    return api_server(service)
 
 
 def _commits_in_flight(database_url: str) -> int:
@@ -261,8 +337,8 @@ async def _watch_folder(service: Service, task_group: anyio.abc.TaskGroup) -> No
         await anyio.sleep(service.settings.pipelines.reload_interval_s)
         current = await anyio.to_thread.run_sync(_snapshot, folder)
         if current != seen:
+            await until_stored(lambda: service.reload(task_group), during="reload")
             seen = current
-            await service.reload(task_group)
 
 
 def _snapshot(folder: Path) -> dict[str, float]:

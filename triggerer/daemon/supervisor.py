@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,8 @@ import structlog
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from triggerer.daemon.backoff import backoff_s
+from triggerer import metrics
+from triggerer.daemon.backoff import HEALTHY_AFTER_S, backoff_s, until_stored
 from triggerer.store.models import TriggerState
 from triggerer.store.types import utcnow
 from triggerer.triggers import BaseEventTrigger, load_trigger
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 CLEANUP_TIMEOUT_S = 10.0
-HEALTHY_AFTER_S = 60.0
 
 
 @dataclasses.dataclass
@@ -36,6 +37,7 @@ class WatcherStatus:
     last_poll_at: datetime | None = None
     last_error: str | None = None
     restart_count: int = 0
+    lag: int | None = None
 
 
 class Supervisor:
@@ -59,6 +61,7 @@ class Supervisor:
         self._drained = anyio.Event()
         self._scopes: dict[int, anyio.CancelScope] = {}
         self._attempts: dict[int, anyio.CancelScope] = {}
+        self._running: dict[int, BaseEventTrigger] = {}
         self._keys: dict[int, str] = {}
         self.status: dict[int, WatcherStatus] = {}
 
@@ -69,13 +72,37 @@ class Supervisor:
             if watched is None or repr(watched.asset_ids) != self._keys[trigger_id]:
                 self._scopes.pop(trigger_id).cancel()
                 self.status.pop(trigger_id, None)
+                if watched is None:
+                    metrics.watcher_stopped(trigger_id)
         for trigger_id, watched in triggers.items():
             if trigger_id not in self._scopes:
                 scope = anyio.CancelScope()
                 self._scopes[trigger_id] = scope
                 self._keys[trigger_id] = repr(watched.asset_ids)
                 self.status[trigger_id] = WatcherStatus()
+                kind = type(watched.trigger).__name__
+                metrics.watcher_started(trigger_id, kind, self.status[trigger_id])
                 task_group.start_soon(self._supervise, watched, scope, self._deliveries.clone())
+
+    def sample_lag(self) -> None:
+        """Copy each running trigger's ``lag`` into its status, for the heartbeat to report,
+        and its lag per partition (a KafkaTrigger's ``lag_by_partition``) into the metrics."""
+        for trigger_id, trigger in self._running.items():
+            status = self.status.get(trigger_id)
+            if status is None:
+                continue  # being stopped
+            # ``lag`` may be a user's property: whatever it raises, the trigger runs on and the
+            # heartbeat reports its lag as unknown.
+            try:
+                lag = trigger.lag
+                by_partition = getattr(trigger, "lag_by_partition", None)
+            except Exception as error:  # noqa: BLE001
+                log.warning("trigger_lag_failed", trigger_id=trigger_id, error=repr(error))
+                lag = by_partition = None
+            status.lag = lag if isinstance(lag, int) else None
+            metrics.partition_lag(
+                trigger_id, by_partition if isinstance(by_partition, Mapping) else {}
+            )
 
     def leases_lost(self, names: set[str]) -> None:
         """Another instance took these leases over: stop running their triggers here."""
@@ -92,8 +119,9 @@ class Supervisor:
         delete covers them and a restart delivers none of them again.
         """
         self._stopping = True
-        for scope in self._scopes.values():
+        for trigger_id, scope in self._scopes.items():
             scope.cancel()
+            metrics.watcher_stopped(trigger_id)
         self._scopes.clear()
         self._deliveries.close()
 
@@ -109,35 +137,41 @@ class Supervisor:
     ) -> None:
         status = self.status[watched.trigger_id]
         structlog.contextvars.bind_contextvars(trigger_id=watched.trigger_id)
-        trigger = watched.trigger
         with deliveries, scope:
+            first = True
             while True:
-                if not trigger.shareable:
+                if not watched.trigger.shareable:
                     await self._lease(watched.trigger_id, status)
-                delay = await self._attempt(watched, trigger, status, deliveries)
+                delay = await self._attempt(watched, status, deliveries, rebuild=not first)
+                first = False
                 await anyio.sleep(delay)
-                trigger = load_trigger(*trigger.serialize())
         status.state = TriggerState.STOPPED
 
     async def _lease(self, trigger_id: int, status: WatcherStatus) -> None:
         status.state = TriggerState.STARTING
+        name = lease_name(trigger_id)
         # A lease frees up only by expiring in another process: polling is the honest wait.
-        while not await self._leases.claim(lease_name(trigger_id)):  # noqa: ASYNC110
+        while not await until_stored(lambda: self._leases.claim(name), during="lease"):  # noqa: ASYNC110
             await anyio.sleep(self._lease_poll_s)
 
     async def _attempt(
         self,
         watched: WatchedTrigger,
-        trigger: BaseEventTrigger,
         status: WatcherStatus,
         deliveries: MemoryObjectSendStream[Delivery],
+        *,
+        rebuild: bool,
     ) -> float:
-        """Run ``trigger`` once; the seconds to wait before the next attempt."""
+        """Run the trigger once (a new instance after a failure); the seconds to wait before
+        the next attempt."""
         started = anyio.current_time()
         status.state = TriggerState.RUNNING
+        trigger: BaseEventTrigger | None = None
         try:
             with anyio.CancelScope() as attempt:
                 self._attempts[watched.trigger_id] = attempt
+                trigger = load_trigger(*watched.trigger.serialize()) if rebuild else watched.trigger
+                self._running[watched.trigger_id] = trigger
                 async for event in trigger.run():
                     status.last_poll_at = utcnow()
                     try:
@@ -148,10 +182,12 @@ class Supervisor:
                         await deliveries.send((watched, event))
                 raise RuntimeError("trigger run() returned; it must run until cancelled")
             return 0.0  # its lease was lost: wait for it again
-        # The supervisor is the one place that catches everything: a failing trigger is user
-        # or broker trouble that must be restarted, never the daemon's end.
+        # The supervisor is the one place that catches everything: a failing trigger (or one
+        # that cannot be rebuilt from its serialize()) is user or broker trouble that must be
+        # restarted, never the daemon's end.
         except Exception as error:  # noqa: BLE001
             status.restart_count += 1
+            metrics.watcher_restarted(watched.trigger_id)
             status.state = TriggerState.BACKOFF
             status.last_error = "".join(traceback.format_exception_only(error)).strip()
             healthy = anyio.current_time() - started > HEALTHY_AFTER_S
@@ -160,12 +196,16 @@ class Supervisor:
             return delay
         finally:
             self._attempts.pop(watched.trigger_id, None)
+            self._running.pop(watched.trigger_id, None)
+            status.lag = None  # unknown until the trigger runs again
+            metrics.partition_lag(watched.trigger_id, {})
             if self._stopping:
                 deliveries.close()  # ingest ends once every trigger's stream is closed
                 with anyio.move_on_after(self._drain_timeout_s, shield=True):
                     await self._drained.wait()
-            with anyio.move_on_after(CLEANUP_TIMEOUT_S, shield=True):
-                await trigger.cleanup()
+            if trigger is not None:
+                with anyio.move_on_after(CLEANUP_TIMEOUT_S, shield=True):
+                    await trigger.cleanup()
 
 
 def lease_name(trigger_id: int) -> str:

@@ -272,6 +272,28 @@ class AssetEvent(Base):
     timestamp: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
+class DeadLetter(Base):
+    """An event the store could not hold (a payload or key the database rejects), kept with
+    the reason so its message can be acked instead of holding back every event after it.
+
+    ``payload`` is the event's extra as text; ``(asset_id, dedup_key)`` is unique, so a
+    redelivered poison message is one dead letter.
+    """
+
+    __tablename__ = "dead_letter"
+    __table_args__ = (UniqueConstraint("asset_id", "dedup_key"), _one_of("source", EventSource))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    asset_id: Mapped[int | None] = mapped_column(ForeignKey("asset.id", ondelete="SET NULL"))
+    trigger_id: Mapped[int | None] = mapped_column(ForeignKey("trigger.id", ondelete="SET NULL"))
+    source: Mapped[str] = mapped_column(String(16))
+    dedup_key: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    partition_key: Mapped[str | None] = mapped_column(Text)
+    payload: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
 class AssetEventAlias(Base):
     """An event emitted through an alias (one event may come through several)."""
 
@@ -293,7 +315,8 @@ class Pipeline(Base):
     ``schedule_text`` its human-readable form. ``partitioned`` pipelines consume only events
     with a partition key, the others only events without one. ``is_active`` turns false when
     the file defining the pipeline is gone; the row and its history are kept. ``next_cron_at``
-    is the next tick of a cron-based schedule, NULL otherwise.
+    is the next tick of a cron-based schedule, NULL otherwise. ``error`` (since ``error_at``)
+    says why evaluating the pipeline fails, NULL while it works.
     """
 
     __tablename__ = "pipeline"
@@ -311,6 +334,8 @@ class Pipeline(Base):
     max_events_per_run: Mapped[int | None] = mapped_column()
     retries: Mapped[int] = mapped_column(default=0)
     next_cron_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+    error_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
 

@@ -61,7 +61,7 @@ async def wait_committed(
     [topic] = trigger.topics
     consumer = AIOKafkaConsumer(
         bootstrap_servers=trigger.bootstrap_servers,
-        group_id=trigger.group_id,
+        group_id=trigger.consumer_group,
         enable_auto_commit=False,
     )
     await consumer.start()
@@ -375,3 +375,34 @@ async def test_resumes_from_committed_offsets_after_broker_restart(
         await wait_committed(trigger, {0: 5}, timeout_s=30)
 
     assert received.keys == [f"{topic}/0/{offset}" for offset in range(5)]
+
+
+async def wait_lag(trigger: KafkaTrigger, expected: int, *, timeout_s: float = 20) -> None:
+    """Wait until the trigger's lag is ``expected``; it is measured once per poll."""
+    with anyio.fail_after(timeout_s):
+        # An attribute the poll loop sets: there is no event to wait on.
+        while trigger.lag != expected:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+
+async def test_lag_counts_messages_not_yet_acked_over_every_partition(
+    kafka_broker: str, make_topic: MakeTopic
+) -> None:
+    topic = await make_topic(partitions=2)
+    await produce(kafka_broker, topic, ({"value": b"%d" % i, "partition": 0} for i in range(5)))
+    trigger = trigger_for(kafka_broker, topic)
+    assert trigger.lag is None
+
+    async with running(trigger, ack=False) as received:
+        events = await received.wait_for(5)
+        await wait_lag(trigger, 5)  # partition 1 is empty: it counts 0, not unknown
+        for event in events[:2]:
+            assert event.ack is not None
+            await event.ack()
+        await wait_lag(trigger, 3)
+        for event in events[2:]:
+            assert event.ack is not None
+            await event.ack()
+        await wait_lag(trigger, 0)
+
+    assert trigger.lag is None  # stopped: unknown

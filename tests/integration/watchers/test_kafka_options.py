@@ -6,12 +6,13 @@ from typing import Any
 
 import pytest
 
+from triggerer import Asset
 from triggerer.triggers import load_trigger
 from watchers import kafka
 from watchers.kafka import KafkaTrigger
 
 
-def test_serialize_round_trips_with_the_derived_group_id() -> None:
+def test_serialize_round_trips_and_leaves_the_default_group_out() -> None:
     trigger = KafkaTrigger(
         bootstrap_servers="127.0.0.1:9092,127.0.0.1:9093",
         topics=["orders", "customers"],
@@ -22,18 +23,40 @@ def test_serialize_round_trips_with_the_derived_group_id() -> None:
     classpath, options = trigger.serialize()
 
     assert classpath == "watchers.kafka.KafkaTrigger"
-    assert options["group_id"] == "triggerer-customers,orders"
+    assert options["group_id"] is None
+    assert trigger.consumer_group == "triggerer-customers,orders"  # run on its own
     assert "messages" not in options
     assert load_trigger(classpath, options).serialize() == (classpath, options)
-    explicit = KafkaTrigger(
-        bootstrap_servers="127.0.0.1:9092,127.0.0.1:9093",
-        topics=["orders", "customers"],
-        group_id="triggerer-customers,orders",
-        filter={"path": "$.value.type", "equals": "order"},
-        max_in_flight=10,
-    )
-    assert explicit.serialize() == trigger.serialize()
     assert KafkaTrigger.shareable
+
+
+def test_a_watcher_gets_a_group_of_its_own_that_options_do_not_change() -> None:
+    orders, refunds = Asset("orders"), Asset("refunds")
+
+    def group(asset: Asset, watcher: str, **options: Any) -> str:
+        trigger = KafkaTrigger(bootstrap_servers="b:9092", topics=["sales"], **options)
+        bound = trigger.for_watcher(asset, watcher)
+        assert isinstance(bound, KafkaTrigger)
+        assert load_trigger(*bound.serialize()).serialize() == bound.serialize()
+        return bound.consumer_group
+
+    first = group(orders, "sales_topic")
+    assert first.startswith("triggerer-sales_topic-")
+    assert group(orders, "sales_topic", filter={"path": "$.value.t", "equals": 1}) == first
+    assert group(orders, "sales_topic", apply_function="json.dumps", max_attempts=9) == first
+    assert group(refunds, "sales_topic") != first
+    assert group(orders, "other") != first
+    assert group(Asset("orders", "s3://b/orders"), "sales_topic") != first
+    assert group(orders, "sales_topic", group_id="mine") == "mine"  # explicit wins
+
+
+def test_the_exclusive_sources_are_its_topics_in_its_group() -> None:
+    trigger = KafkaTrigger(bootstrap_servers="b:9092", topics=["t", "s"], group_id="g")
+
+    assert trigger.exclusive_sources() == (
+        "Kafka topic 's' in consumer group 'g' at b:9092",
+        "Kafka topic 't' in consumer group 'g' at b:9092",
+    )
 
 
 @pytest.mark.parametrize(
@@ -45,6 +68,7 @@ def test_serialize_round_trips_with_the_derived_group_id() -> None:
         ({"max_in_flight": 0}, "max_in_flight=0"),
         ({"filter": {"equals": 1}}, "filter="),
         ({"partition_key_path": "value.day"}, "'value.day'"),
+        ({"group_id": ""}, "group_id must not be empty"),
     ],
 )
 def test_invalid_options_are_named(options: dict[str, Any], message: str) -> None:

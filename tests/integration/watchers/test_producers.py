@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -11,6 +13,8 @@ import pytest
 from aiobotocore.session import get_session
 from aiokafka import AIOKafkaConsumer
 
+from deploy.local.services import DUMMY_AWS_ENV
+from tests.e2e.daemon import triggerer_cli
 from watchers.producers import send_kafka, send_sqs
 
 
@@ -78,3 +82,44 @@ async def test_send_kafka_returns_offsets(kafka_broker: str, kafka_topic: str) -
 async def test_send_kafka_to_a_missing_topic(kafka_broker: str) -> None:
     with pytest.raises(LookupError, match="Kafka topic 'no-such-topic' does not exist"):
         await send_kafka(kafka_broker, "no-such-topic", ["x"])
+
+
+@pytest.mark.parametrize(
+    ("post", "address"),
+    [
+        (["kafka", "orders", "--bootstrap-servers", "127.0.0.1:1"], "127.0.0.1:1"),
+        (["sqs", "orders", "--endpoint-url", "http://127.0.0.1:1"], "http://127.0.0.1:1"),
+    ],
+)
+async def test_post_to_an_unreachable_broker_is_one_line_naming_it(
+    tmp_path: Path, post: list[str], address: str
+) -> None:
+    result = await triggerer_cli(cli_env(tmp_path), "post", *post, '{"id": 1}')
+
+    assert result.returncode == 1
+    assert result.stdout == b""
+    [line] = result.stderr.decode().splitlines()
+    assert line.startswith("triggerer: ")
+    assert address in line
+
+
+async def test_post_to_a_missing_queue_or_topic_is_one_line_naming_it(
+    tmp_path: Path, moto_server: str, kafka_broker: str
+) -> None:
+    env = cli_env(tmp_path)
+    sqs = await triggerer_cli(env, "post", "sqs", "nope", "x", "--endpoint-url", moto_server)
+    kafka = await triggerer_cli(
+        env, "post", "kafka", "nope", "x", "--bootstrap-servers", kafka_broker
+    )
+
+    for result, address in ((sqs, moto_server), (kafka, kafka_broker)):
+        assert result.returncode == 1
+        [line] = result.stderr.decode().splitlines()
+        assert "'nope' does not exist" in line
+        assert address in line
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a ``triggerer`` process with its own database and dummy AWS keys."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIGGERER_", "AWS_"))}
+    return env | DUMMY_AWS_ENV | {"TRIGGERER_DATABASE__URL": f"sqlite:///{tmp_path / 'db'}"}

@@ -387,3 +387,41 @@ async def test_missing_queue_is_a_clear_error(moto_server: str) -> None:
     with pytest.raises(LookupError, match="SQS queue 'no-such-queue' does not exist"):
         async with running(trigger) as events:
             await anext(events)
+
+
+async def test_lag_is_the_queue_backlog(
+    sqs: Any, sqs_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("watchers.sqs_session.LAG_INTERVAL_S", 0.1)
+    for start in range(0, 25, 10):
+        await sqs.send_message_batch(
+            QueueUrl=sqs_queue,
+            Entries=[
+                {"Id": str(n), "MessageBody": str(n)} for n in range(start, min(start + 10, 25))
+            ],
+        )
+    trigger = SqsTrigger(sqs_queue, wait_time_s=1, max_messages=1)
+    assert trigger.lag is None
+    async with running(trigger) as events:
+        first = await take(events, 1)
+        assert trigger.lag == 25  # read when the watcher started
+        # Received messages are in flight, not waiting: the next reading is lower.
+        await until(lambda: trigger.lag is not None and trigger.lag < 25)
+        for event in first + await take(events, 24):
+            assert event.ack is not None
+            await event.ack()
+        await until(lambda: trigger.lag == 0)
+    assert trigger.lag is None
+
+
+def test_the_exclusive_source_is_the_queue_however_it_is_spelled() -> None:
+    local = "SQS queue sqs://orders?endpoint_url=http://127.0.0.1:5000"
+    assert SqsTrigger("http://127.0.0.1:5000/123456789012/orders").exclusive_sources() == (local,)
+    assert SqsTrigger("orders", endpoint_url="http://127.0.0.1:5000").exclusive_sources() == (
+        local,
+    )
+    aws = SqsTrigger("https://sqs.eu-west-1.amazonaws.com/123456789012/orders", batch=True)
+    assert aws.exclusive_sources() == ("SQS queue sqs://orders?region=eu-west-1",)
+    assert (
+        SqsTrigger("sqs://orders?region=eu-west-1").exclusive_sources() == aws.exclusive_sources()
+    )

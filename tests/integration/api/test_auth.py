@@ -1,0 +1,79 @@
+"""Every route but /healthz needs a token (enumerated from the app, so none can skip it); no
+response holds a secret, and no log line a token."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import structlog
+from fastapi.routing import iter_route_contexts
+
+from tests.integration.api.conftest import SECRET, TOKEN, Api
+from triggerer.api.app import PREFIX
+
+SAMPLE_PARAMETERS = {"asset_id": "1", "pipeline_id": "matched", "run_id": "r1", "event_id": "1"}
+OPEN = {("GET", "/healthz")}
+UI = {"/", "/ui"}
+"""The web UI's page and static files: open (no data; the page asks for the token)."""
+
+
+def routes(api: Api) -> list[tuple[str, str]]:
+    """(method, path under /api/v1 with sample parameters) of every route of the app."""
+    found = []
+    for route in iter_route_contexts(api.app.routes):
+        assert route.path is not None
+        if route.path in UI:
+            continue
+        assert route.path.startswith(PREFIX), route.path
+        path = re.sub(r"\{(\w+)\}", lambda m: SAMPLE_PARAMETERS[m[1]], route.path)
+        found.extend((method, path.removeprefix(PREFIX)) for method in sorted(route.methods or ()))
+    return found
+
+
+async def test_every_route_but_healthz_answers_401_without_a_valid_token(api: Api) -> None:
+    listed = routes(api)
+    assert len(listed) > 25  # the enumeration sees the routers' routes
+    assert set(listed) >= OPEN
+    with structlog.testing.capture_logs() as logged:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            async with api.client_with(headers) as client:
+                for method, path in listed:
+                    response = await client.request(method, path)
+                    if (method, path) in OPEN:
+                        assert response.status_code == 200, (method, path)
+                        continue
+                    assert response.status_code == 401, (method, path, response.text)
+                    assert response.headers["www-authenticate"] == "Bearer"
+                    assert "bearer token" in response.json()["detail"]
+    assert TOKEN not in repr(logged)
+
+
+async def test_the_web_ui_page_is_open_and_holds_no_data(api: Api) -> None:
+    async with api.client_with({}) as client:
+        page = await client.get("http://api/")
+    assert page.status_code == 200
+    assert 'id="token-dialog"' in page.text
+    assert SECRET not in page.text
+
+
+async def test_with_the_token_no_route_answers_401_or_shows_a_secret(api: Api) -> None:
+    for method, path in routes(api):
+        response = await api.client.request(method, path)
+        assert response.status_code not in (401, 500), (method, path, response.text)
+        assert SECRET not in response.text
+        assert TOKEN not in response.text
+
+
+async def test_without_tokens_the_api_is_open(open_api: Api) -> None:
+    assert "authorization" not in open_api.client.headers
+    assert (await open_api.client.get("/pipelines")).status_code == 200
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_the_docs_page_and_the_openapi_document_are_served(api: Api) -> None:
+    document = (await api.client.get("/openapi.json")).json()
+    assert f"{PREFIX}/assets/events" in document["paths"]
+    page = await api.client.get("/docs")
+    assert page.status_code == 200
+    assert f"{PREFIX}/openapi.json" in page.text

@@ -1,0 +1,334 @@
+"""What each route answers, on SQLite and PostgreSQL: lists, details, creating events,
+queued events, pausing, runs, explain, lineage, dead letters, health; and each 4xx."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from sqlalchemy import update
+
+from triggerer.daemon.scheduler import Scheduler
+from triggerer.dead_letters import Unstorable, record_dead_letters
+from triggerer.events import NewEvent
+from triggerer.store import models
+from triggerer.store.types import utcnow
+
+if TYPE_CHECKING:
+    from tests.integration.api.conftest import Api
+
+LISTS = (
+    "/assets",
+    "/assets/aliases",
+    "/assets/events",
+    "/pipelines",
+    "/runs",
+    "/watchers",
+    "/dead-letters",
+)
+
+
+async def emit(api: Api, uri: str, **fields: Any) -> dict[str, Any]:
+    response = await api.client.post("/assets/events", json={"uri": uri, **fields})
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+async def schedule(api: Api, pipeline_id: str) -> int:
+    """Create the runs the queued events of ``pipeline_id`` allow, as the daemon would."""
+    scheduler = Scheduler(api.sessions, lambda: api.registry, lambda: None)
+    return await scheduler.schedule(api.registry.pipelines[pipeline_id], api.registry)
+
+
+async def test_empty_lists_are_200_and_empty(empty_api: Api) -> None:
+    for path in LISTS:
+        response = await empty_api.client.get(path)
+        assert (response.status_code, response.json()) == (200, []), path
+    assert (await empty_api.client.get("/lineage")).json() == {"nodes": [], "edges": []}
+
+
+async def test_assets_with_consumers_producers_and_watchers(api: Api) -> None:
+    listed = (await api.client.get("/assets")).json()
+    by_name = {asset["name"]: asset for asset in listed}
+    orders = by_name["orders"]
+    assert (orders["consumers"], orders["watchers"]) == (
+        ["count_orders", "matched"],
+        ["orders_files"],
+    )
+    assert by_name["s3://lake/report"]["producers"] == ["matched"]
+    assert (await api.client.get(f"/assets/{orders['id']}")).json() == orders
+    assert [a["name"] for a in (await api.client.get("/assets?name_prefix=cust")).json()] == [
+        "customers"
+    ]
+    assert len((await api.client.get("/assets?limit=2&offset=1")).json()) == 2
+    [alias] = (await api.client.get("/assets/aliases")).json()
+    assert (alias["name"], alias["consumers"], alias["producers"]) == (
+        "found",
+        ["via_alias"],
+        ["via_alias"],
+    )
+
+
+async def test_created_event_is_marked_queued_and_wakes_the_scheduler(api: Api) -> None:
+    created = await emit(api, "orders", extra={"rows": 3})
+    assert (created["source"], created["extra"]) == ("rest_api", {"rows": 3, "from_rest_api": True})
+    assert created["queued_for"] == ["count_orders", "matched"]
+    [recorded] = api.calls.recorded
+    assert recorded.queued_pipelines == {"count_orders", "matched"}
+    assert [e.id for e in recorded.events] == [created["id"]]
+    [listed] = (await api.client.get(f"/assets/events?asset_id={created['asset_id']}")).json()
+    assert listed == {k: v for k, v in created.items() if k != "queued_for"}
+    by_id = (await api.client.post("/assets/events", json={"asset_id": created["asset_id"]})).json()
+    assert by_id["uri"] == "orders"
+    assert (await api.client.get("/assets/events?source=cli")).json() == []
+
+
+async def test_event_on_a_normalised_uri_and_with_a_partition_key(api: Api) -> None:
+    assert (await emit(api, "S3://lake/report/"))["uri"] == "s3://lake/report"
+    keyed = await emit(api, "daily", partition_key="2026-03-16T09:37:51")
+    assert (keyed["partition_key"], keyed["queued_for"]) == ("2026-03-16T09:37:51", ["by_day"])
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"uri": "orders", "colour": "red"}, "body.colour: unknown field"),
+        ({"uri": "orders", "extra": [1]}, "body.extra: Input should be a valid dictionary"),
+        ({"uri": "orders", "asset_id": 1}, "not both"),
+        ({}, "not both and not neither"),
+        ({"uri": "orders", "extra": {"text": "a\u0000b"}}, "$.text holds a NUL character"),
+        ({"uri": "daily", "partition_key": "yesterday"}, "partition_key 'yesterday' does not suit"),
+        ({"uri": "triggerer://x"}, "'triggerer://x' is not an asset URI"),
+    ],
+)
+async def test_unusable_event_is_422_naming_the_value(
+    api: Api, body: dict[str, Any], detail: str
+) -> None:
+    response = await api.client.post("/assets/events", json=body)
+    assert response.status_code == 422, response.text
+    assert detail in response.json()["detail"]
+    assert (await api.client.get("/assets/events")).json() == []  # nothing stored
+
+
+async def test_bad_json_is_422(api: Api) -> None:
+    response = await api.client.post(
+        "/assets/events", content=b'{"uri": ', headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert "not valid JSON" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "detail"),
+    [
+        ("GET", "/assets/999", "asset 999 does not exist"),
+        ("GET", "/assets/999/queuedEvents", "asset 999 does not exist"),
+        ("DELETE", "/assets/999/queuedEvents", "asset 999 does not exist"),
+        ("GET", "/pipelines/nope", "pipeline 'nope' does not exist"),
+        ("PATCH", "/pipelines/nope", "pipeline 'nope' does not exist"),
+        ("GET", "/pipelines/nope/explain", "pipeline 'nope' does not exist"),
+        ("GET", "/pipelines/nope/runs", "pipeline 'nope' does not exist"),
+        ("POST", "/pipelines/nope/runs", "pipeline 'nope' does not exist"),
+        ("GET", "/pipelines/nope/assets/queuedEvents", "pipeline 'nope' does not exist"),
+        ("DELETE", "/pipelines/matched/assets/999/queuedEvents", "asset 999 does not exist"),
+        ("GET", "/runs/nope", "run 'nope' does not exist"),
+        ("GET", "/runs/nope/logs", "run 'nope' does not exist"),
+        ("GET", "/events/999", "event 999 does not exist"),
+    ],
+)
+async def test_unknown_names_are_404_naming_them(
+    api: Api, method: str, path: str, detail: str
+) -> None:
+    body = {"paused": True} if method == "PATCH" else None
+    response = await api.client.request(method, path, json=body)
+    assert response.status_code == 404, response.text
+    assert detail in response.json()["detail"]
+
+
+async def test_unknown_uri_is_404(api: Api) -> None:
+    response = await api.client.post("/assets/events", json={"uri": "s3://missing/x"})
+    assert response.status_code == 404
+    assert response.json()["detail"].startswith("no asset with URI 's3://missing/x'")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/assets?limit=0",
+        "/assets?limit=1001",
+        "/runs?state=sleeping",
+        "/assets/abc",
+        "/runs?since=x",
+    ],
+)
+async def test_bad_parameters_are_422_naming_them(api: Api, path: str) -> None:
+    response = await api.client.get(path)
+    assert response.status_code == 422, response.text
+    assert "got" in response.json()["detail"]
+
+
+async def test_queued_events_listed_and_deleted_by_asset_pipeline_and_pair(api: Api) -> None:
+    orders = await emit(api, "orders")
+    customers = await emit(api, "customers")
+    pair = f"/pipelines/matched/assets/{orders['asset_id']}/queuedEvents"
+    assert [q["event_id"] for q in (await api.client.get(pair)).json()] == [orders["id"]]
+    queued = (await api.client.get("/pipelines/matched/assets/queuedEvents")).json()
+    assert [(q["uri"], q["event_id"]) for q in queued] == [
+        ("orders", orders["id"]),
+        ("customers", customers["id"]),
+    ]
+    by_asset = (await api.client.get(f"/assets/{orders['asset_id']}/queuedEvents")).json()
+    assert sorted(q["pipeline_id"] for q in by_asset) == ["count_orders", "matched"]
+
+    assert (await api.client.delete(pair)).json() == {"deleted": 1}
+    assert (await api.client.get(pair)).json() == []
+    explained = (await api.client.get("/pipelines/matched/explain")).json()
+    assert explained["condition_met"] is False
+    assert "waiting: no queued event of orders" in explained["reasons"]
+    assert await schedule(api, "matched") == 0  # customers alone is not enough
+
+    before = await api.client.delete("/pipelines/matched/assets/queuedEvents?before=2000-01-01")
+    assert before.json() == {"deleted": 0}
+    assert (await api.client.delete("/pipelines/matched/assets/queuedEvents")).json() == {
+        "deleted": 1
+    }
+    path = f"/assets/{orders['asset_id']}/queuedEvents"
+    assert (await api.client.delete(path)).json() == {"deleted": 1}  # count_orders' row
+
+
+async def test_pause_stops_queueing_and_unpause_wakes_the_scheduler(api: Api) -> None:
+    paused = await api.client.patch("/pipelines/count_orders", json={"paused": True})
+    assert (paused.status_code, paused.json()["paused"]) == (200, True)
+    assert (await emit(api, "orders"))["queued_for"] == ["matched"]
+    assert (
+        "paused: no events are queued and no runs start"
+        in (await api.client.get("/pipelines/count_orders/explain")).json()["reasons"]
+    )
+    assert [p["pipeline_id"] for p in (await api.client.get("/pipelines?paused=true")).json()] == [
+        "count_orders"
+    ]
+    unpaused = await api.client.patch("/pipelines/count_orders", json={"paused": False})
+    assert unpaused.json()["paused"] is False
+    assert api.calls.woken == [{"count_orders"}]
+    for body in ({"paused": "maybe"}, {"paused": True, "x": 1}, {}):
+        assert (await api.client.patch("/pipelines/count_orders", json=body)).status_code == 422
+
+
+async def test_pipelines_show_schedule_and_progress(api: Api) -> None:
+    await emit(api, "customers")
+    rows = {p["pipeline_id"]: p for p in (await api.client.get("/pipelines")).json()}
+    assert (rows["matched"]["schedule"], rows["matched"]["progress"]) == (
+        "orders & customers",
+        "1 of 2 assets updated",
+    )
+    assert rows["count_orders"]["progress"] == "0 of 1 asset updated"
+    assert (rows["nightly"]["progress"], rows["nightly"]["next_cron_at"] is not None) == (
+        None,
+        True,
+    )
+    assert (await api.client.get("/pipelines/matched")).json() == rows["matched"]
+    assert [
+        p["pipeline_id"] for p in (await api.client.get("/pipelines?name_prefix=n")).json()
+    ] == ["nightly"]
+
+
+async def test_runs_with_the_events_they_consumed_and_an_event_with_its_runs(api: Api) -> None:
+    orders = await emit(api, "orders")
+    customers = await emit(api, "customers")
+    assert await schedule(api, "matched") == 1
+    [run] = (await api.client.get("/pipelines/matched/runs")).json()
+    assert (run["state"], run["run_type"], run["events"]) == ("queued", "asset", 2)
+    detail = (await api.client.get(f"/runs/{run['run_id']}")).json()
+    assert [e["id"] for e in detail["consumed"]] == [orders["id"], customers["id"]]
+    story = (await api.client.get(f"/events/{orders['id']}")).json()
+    assert [r["run_id"] for r in story["consumed_by"]] == [run["run_id"]]
+    assert (story["produced_by"], story["queued_for"]) == (None, ["count_orders"])
+    assert (await api.client.get("/runs?state=queued&pipeline_id=matched")).json() == [run]
+    assert (await api.client.get("/runs?since=2999-01-01T00:00:00")).json() == []
+    explained = (await api.client.get("/pipelines/matched/explain")).json()
+    assert (explained["active_runs"], explained["last_run"]["run_id"]) == (1, run["run_id"])
+
+
+async def test_manual_run_is_created_and_wakes_the_launcher(api: Api) -> None:
+    response = await api.client.post("/pipelines/nightly/runs", json={"params": {"day": 1}})
+    assert response.status_code == 201
+    created = response.json()
+    assert (created["run_type"], created["params"], created["consumed"]) == (
+        "manual",
+        {"day": 1},
+        [],
+    )
+    assert api.calls.launcher_woken == 1
+    assert (await api.client.post("/pipelines/nightly/runs")).status_code == 201
+    bad = await api.client.post("/pipelines/nightly/runs", json={"params": {}, "when": "now"})
+    assert bad.status_code == 422
+
+
+async def test_run_log_is_text_once_written(api: Api, tmp_path: Path) -> None:
+    run_id = (await api.client.post("/pipelines/nightly/runs")).json()["run_id"]
+    response = await api.client.get(f"/runs/{run_id}/logs")
+    assert (response.status_code, response.json()["detail"]) == (
+        404,
+        f"run {run_id!r} has no log yet",
+    )
+    log = tmp_path / "run.log"
+    log.write_text("spark says hello\n")
+    async with api.sessions.begin() as session:
+        await session.execute(
+            update(models.Run).where(models.Run.run_id == run_id).values(log_path=str(log))
+        )
+    response = await api.client.get(f"/runs/{run_id}/logs")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert response.text == "spark says hello\n"
+
+
+async def test_watchers_lineage_and_dead_letters(api: Api) -> None:
+    [watcher] = (await api.client.get("/watchers")).json()
+    assert (watcher["watcher"], watcher["asset"], watcher["trigger"]) == (
+        "orders_files",
+        "orders",
+        "FileTrigger",
+    )
+    assert watcher["state"] == "starting"
+    graph = (await api.client.get("/lineage")).json()
+    kinds = {node["id"]: node["kind"] for node in graph["nodes"]}
+    assert kinds["pipeline:matched"] == "pipeline"
+    edges = {(e["source"], e["target"], e["kind"]) for e in graph["edges"]}
+    orders_id = next(n["id"] for n in graph["nodes"] if n["name"] == "orders")
+    report_id = next(n["id"] for n in graph["nodes"] if n["name"] == "s3://lake/report")
+    assert (f"watcher:{orders_id.split(':')[1]}:orders_files", orders_id, "feeds") in edges
+    assert (orders_id, "pipeline:matched", "schedules") in edges
+    assert ("pipeline:matched", report_id, "produces") in edges
+    matched = next(n for n in graph["nodes"] if n["id"] == "pipeline:matched")
+    assert matched["condition"] == {
+        "all": [
+            {"asset": {"name": "orders", "uri": "orders"}},
+            {"asset": {"name": "customers", "uri": "customers"}},
+        ]
+    }
+    async with api.sessions.begin() as session:
+        letter = Unstorable(NewEvent(1, {"v": 1}, "trigger", "q/1"), "too big")
+        await record_dead_letters(session, [letter])
+    [dead] = (await api.client.get("/dead-letters")).json()
+    assert (dead["reason"], dead["dedup_key"], dead["payload"]) == ("too big", "q/1", '{"v":1}')
+
+
+async def test_health_ready_and_metrics(api: Api) -> None:
+    anonymous = api.client_with({})
+    assert (await anonymous.get("/healthz")).json() == {"status": "ok", "heartbeat_at": None}
+    stale = await api.client.get("/readyz")
+    assert stale.status_code == 503
+    assert "heartbeat is stale" in stale.json()["detail"]
+    async with api.sessions.begin() as session:
+        session.add(
+            models.Instance(id=api.context.instance_id, hostname="h", pid=1, heartbeat_at=utcnow())
+        )
+    ready = await api.client.get("/readyz")
+    assert (ready.status_code, ready.json()["status"]) == (200, "ready")
+    metrics = await api.client.get("/metrics")
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert "# HELP" in metrics.text

@@ -1,0 +1,193 @@
+"""Watchers that read one source, through the running daemon (SQLite and PostgreSQL).
+
+Two Kafka watchers of one topic each get a consumer group of their own, so each sees every
+message, and editing a watcher's filter keeps its group. A second, different SQS trigger on one
+queue is refused (it would take the other's messages) without harming the first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from tests.e2e.daemon import (
+    daemon_env,
+    daemon_settings,
+    query,
+    running_daemon,
+    triggerer_cli,
+    wait_for,
+    write_pipelines,
+)
+from tests.integration.watchers.test_kafka import produce
+from triggerer.store import models
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from tests.fixtures.brokers import MakeQueue, MakeTopic
+
+NO_SPARK = "sc://127.0.0.1:1"  # no pipeline runs in these tests
+TIMEOUT_S = 60.0
+
+Stored = dict[str, list[int]]
+
+
+def kafka_pipelines(bootstrap: str, topic: str, orders_kind: str) -> str:
+    return f"""
+from triggerer import Asset, AssetWatcher
+from watchers import KafkaTrigger
+
+def sales(**options):
+    return KafkaTrigger(
+        bootstrap_servers="{bootstrap}", topics=["{topic}"], session_timeout_ms=6000,
+        heartbeat_interval_ms=1000, commit_interval_ms=100, fetch_max_wait_ms=100, **options)
+
+orders = Asset("orders", watchers=[
+    AssetWatcher("sales", sales(filter={{"path": "$.value.type", "equals": "{orders_kind}"}}))])
+everything = Asset("everything", watchers=[AssetWatcher("sales", sales())])
+"""
+
+
+def sale(n: int) -> dict[str, Any]:
+    """Message ``n``: an order when even, else a refund; both kinds in both partitions."""
+    value = {"n": n, "type": "order" if n % 2 == 0 else "refund"}
+    return {"value": json.dumps(value).encode(), "partition": n // 2 % 2}
+
+
+async def stored(session: AsyncSession) -> Stored:
+    """The ``n`` of each asset's events, by asset name."""
+    rows = await session.execute(
+        select(models.Asset.name, models.AssetEvent.extra).join(
+            models.AssetEvent, models.AssetEvent.asset_id == models.Asset.id
+        )
+    )
+    result: Stored = {}
+    for name, extra in rows.all():
+        body = extra["payload"].get("value") or extra["payload"].get("body")
+        result.setdefault(name, []).append(body["n"])
+    return {name: sorted(ns) for name, ns in result.items()}
+
+
+async def watchers(session: AsyncSession) -> dict[str, models.Trigger]:
+    """The trigger row of each asset's watcher, by asset name."""
+    rows = await session.execute(
+        select(models.Asset.name, models.Trigger)
+        .join(models.AssetWatcher, models.AssetWatcher.asset_id == models.Asset.id)
+        .join(models.Trigger, models.Trigger.id == models.AssetWatcher.trigger_id)
+    )
+    return {name: trigger for name, trigger in rows.all()}  # noqa: C416 - rows are Row objects
+
+
+async def watchers_list(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """``triggerer watchers list --json`` as users run it, by asset."""
+    result = await triggerer_cli(env, "watchers", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    return {row["asset"]: row for row in json.loads(result.stdout)}
+
+
+async def test_kafka_watchers_with_different_filters_each_see_every_message(
+    database_url: str, tmp_path: Path, kafka_broker: str, make_topic: MakeTopic
+) -> None:
+    topic = await make_topic(partitions=2)
+    folder = tmp_path / "pipelines"
+    write_pipelines(folder, kafka_pipelines(kafka_broker, topic, "order"))
+    settings = daemon_settings(tmp_path, database_url, NO_SPARK)
+
+    async with running_daemon(settings):
+        await produce(kafka_broker, topic, (sale(n) for n in range(20)))
+        got = await wait_for(
+            database_url,
+            stored,
+            lambda got: len(got.get("orders", [])) >= 10 and len(got.get("everything", [])) >= 20,
+            timeout_s=TIMEOUT_S,
+        )
+        assert got == {"orders": list(range(0, 20, 2)), "everything": list(range(20))}
+        done = await wait_for(
+            database_url,
+            watchers,
+            lambda rows: [row.lag for row in rows.values()] == [0, 0],
+            timeout_s=TIMEOUT_S,
+        )
+        listed = await watchers_list(daemon_env(tmp_path, database_url, NO_SPARK))
+        groups = {asset: row["consumer_group"] for asset, row in listed.items()}
+        assert groups["orders"] != groups["everything"]
+        assert all(group.startswith("triggerer-sales-") for group in groups.values())
+        assert [row["lag"] for row in listed.values()] == [0, 0]
+
+        # Refunds now: the watcher keeps its group and offsets, so old refunds are not replayed.
+        write_pipelines(folder, kafka_pipelines(kafka_broker, topic, "refund"))
+        edited = await wait_for(
+            database_url,
+            watchers,
+            lambda rows: "refund" in json.dumps(rows["orders"].kwargs),
+            timeout_s=TIMEOUT_S,
+        )
+        assert edited["orders"].id != done["orders"].id
+        assert edited["orders"].kwargs["group_id"] == groups["orders"]
+        await produce(kafka_broker, topic, (sale(n) for n in range(20, 24)))
+        got = await wait_for(
+            database_url,
+            stored,
+            lambda got: len(got["orders"]) >= 12 and len(got["everything"]) >= 24,
+            timeout_s=TIMEOUT_S,
+        )
+        # A replay would have stored the old refunds before 21 and 23 (the same partitions).
+        assert got == {"orders": [*range(0, 20, 2), 21, 23], "everything": list(range(24))}
+
+
+def sqs_pipelines(queue_url: str) -> str:
+    return f"""
+from triggerer import Asset, AssetWatcher
+from watchers import SqsTrigger
+
+def sales(kind):
+    return SqsTrigger("{queue_url}", wait_time_s=1, max_messages=1,
+                      filter={{"path": "$.body.type", "equals": kind}})
+
+orders = Asset("orders", watchers=[AssetWatcher("sales", sales("order"))])
+refunds = Asset("refunds", watchers=[AssetWatcher("sales", sales("refund"))])
+"""
+
+
+async def test_a_second_sqs_trigger_on_one_queue_is_refused_and_the_first_runs(
+    database_url: str, tmp_path: Path, moto_server: str, make_sqs_queue: MakeQueue
+) -> None:
+    from watchers.producers import send_sqs
+
+    queue_url = await make_sqs_queue()
+    await send_sqs(queue_url, [{"n": n, "type": "order"} for n in range(20)])
+    write_pipelines(tmp_path / "pipelines", sqs_pipelines(queue_url))
+    settings = daemon_settings(tmp_path, database_url, NO_SPARK)
+
+    async with running_daemon(settings):
+        # orders was registered first: it runs and reports the backlog it starts with.
+        await wait_for(
+            database_url,
+            watchers,
+            lambda rows: (rows["orders"].lag or 0) > 0,
+            timeout_s=TIMEOUT_S,
+        )
+        await wait_for(
+            database_url,
+            stored,
+            lambda got: len(got.get("orders", [])) >= 20,
+            timeout_s=TIMEOUT_S,
+        )
+        rows = await wait_for(
+            database_url, watchers, lambda rows: rows["orders"].lag == 0, timeout_s=TIMEOUT_S
+        )
+        listed = await watchers_list(daemon_env(tmp_path, database_url, NO_SPARK))
+
+    assert rows["orders"].state == "running"
+    assert listed["refunds"]["state"] == "failed"
+    error = listed["refunds"]["last_error"]
+    queue_name = queue_url.rsplit("/", 1)[1]
+    assert "watcher 'sales' of asset 'refunds' is refused" in error
+    assert f"SQS queue sqs://{queue_name}?endpoint_url={moto_server}" in error
+    assert "like watcher 'sales' of asset 'orders'" in error
+    assert listed["orders"]["last_error"] is None
+    assert await query(database_url, stored) == {"orders": list(range(20))}

@@ -1,0 +1,54 @@
+"""The metrics module's pure parts: broker timestamps of payloads, series that go away."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import REGISTRY
+
+from triggerer import metrics
+
+KAFKA = {"topic": "t", "partition": 0, "offset": 7, "key": None, "value": 1, "headers": {}}
+SQS = {"message_id": "m", "body": "b", "message_attributes": {}}
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({**KAFKA, "timestamp": 1_773_650_000_123}, 1_773_650_000.123),
+        ({**KAFKA, "timestamp": -1}, None),  # a record without a timestamp
+        ({**SQS, "attributes": {"SentTimestamp": "1773650000123"}}, 1_773_650_000.123),
+        ({**SQS, "attributes": {}}, None),
+        ({"order": 1, "timestamp": 1_773_650_000_123}, None),  # replaced by apply_function
+        ([1, 2], None),
+        (None, None),
+    ],
+)
+def test_broker_time_of_kafka_and_sqs_payloads(payload: object, expected: float | None) -> None:
+    assert metrics.broker_time_s(payload) == expected
+
+
+def test_queued_events_of_pipelines_that_are_gone_are_removed() -> None:
+    def queued(pipeline_id: str) -> float | None:
+        return REGISTRY.get_sample_value("triggerer_queued_events", {"pipeline_id": pipeline_id})
+
+    metrics.queued_events({"a": 3}, {"a", "b"})
+    assert (queued("a"), queued("b")) == (3, 0)
+    metrics.queued_events({}, {"b"})
+    assert (queued("a"), queued("b")) == (None, 0)
+    metrics.queued_events({}, set())
+    assert queued("b") is None
+
+
+def test_partitions_no_longer_assigned_lose_their_lag_series() -> None:
+    def lag(partition: str) -> float | None:
+        return REGISTRY.get_sample_value(
+            "triggerer_kafka_consumer_lag",
+            {"trigger_id": "9999", "topic": "t", "partition": partition},
+        )
+
+    metrics.partition_lag(9999, {("t", 0): 5, ("t", 1): 0})
+    assert (lag("0"), lag("1")) == (5, 0)
+    metrics.partition_lag(9999, {("t", 1): 2})
+    assert (lag("0"), lag("1")) == (None, 2)
+    metrics.partition_lag(9999, {})
+    assert lag("1") is None

@@ -1,0 +1,129 @@
+"""``/assets``: assets, aliases, events (listed and created) and the queued events of an asset."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, status
+
+from triggerer import actions, queries
+from triggerer.api.context import Context, authorized
+from triggerer.api.responses import NOT_FOUND, PROTECTED
+from triggerer.api.schemas import (
+    INT4_MAX,
+    AssetId,
+    CreatedEvent,
+    Deleted,
+    Limit,
+    NamePrefix,
+    NewAssetEvent,
+    Offset,
+    Since,
+    UtcTime,
+)
+from triggerer.queries import Refused
+from triggerer.schedules import PartitionedAssetTimetable
+from triggerer.store.models import EventSource
+from triggerer.views import AliasRow, AssetRow, EventRow, QueuedEventRow
+
+router = APIRouter(
+    prefix="/assets", tags=["assets"], dependencies=[Depends(authorized)], responses=PROTECTED
+)
+
+
+@router.get("")
+async def list_assets(
+    context: Context, name_prefix: NamePrefix = None, limit: Limit = 100, offset: Offset = 0
+) -> list[AssetRow]:
+    """Assets by id, with the pipelines consuming and producing them and their watchers."""
+    async with context.transaction() as session:
+        return await queries.assets(session, name_prefix=name_prefix, limit=limit, offset=offset)
+
+
+@router.get("/aliases")
+async def list_aliases(context: Context, limit: Limit = 100, offset: Offset = 0) -> list[AliasRow]:
+    """Asset aliases, with the assets added through them."""
+    async with context.transaction() as session:
+        return await queries.aliases(session, limit=limit, offset=offset)
+
+
+@router.get("/events")
+async def list_events(
+    context: Context,
+    asset_id: Annotated[int | None, Query(ge=1, le=INT4_MAX)] = None,
+    source: Annotated[EventSource | None, Query()] = None,
+    since: Since = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> list[EventRow]:
+    """Events, newest first."""
+    async with context.transaction() as session:
+        return await queries.events(
+            session,
+            asset_id=asset_id,
+            source=source,
+            since=since,
+            limit=limit,
+            offset=offset,
+        )
+
+
+@router.post("/events", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
+async def create_event(context: Context, new: NewAssetEvent) -> CreatedEvent:
+    """Create an event (``extra`` gains ``"from_rest_api": true``) and queue it for the
+    pipelines scheduled on its asset; the scheduler looks at them at once."""
+    async with context.transaction() as session:
+        asset_id = await actions.find_asset(session, asset_id=new.asset_id, uri=new.uri)
+        recorded = await actions.emit_event(
+            session,
+            asset_id,
+            {**new.extra, "from_rest_api": True},
+            source=EventSource.REST_API,
+            partition_key=new.partition_key,
+        )
+        if new.partition_key is not None:
+            _check_partition_key(context, recorded.queued_pipelines, new.partition_key)
+        created = await queries.event_row(session, recorded.events[0].id)
+    context.events_recorded(recorded)
+    return CreatedEvent(**created.model_dump(), queued_for=sorted(recorded.queued_pipelines))
+
+
+def _check_partition_key(context: Context, pipeline_ids: set[str], key: str) -> None:
+    """Refuse a key the partition mapper of a consuming pipeline cannot map (the transaction
+    then rolls back): it would fail that pipeline's scheduling instead."""
+    loaded = context.registry().pipelines
+    for pipeline_id in sorted(pipeline_ids):
+        pipeline = loaded.get(pipeline_id)
+        if pipeline is not None and isinstance(pipeline.schedule, PartitionedAssetTimetable):
+            try:
+                pipeline.schedule.map_key(key)
+            except ValueError as error:
+                raise Refused(
+                    f"partition_key {key!r} does not suit pipeline {pipeline_id!r}: {error}"
+                ) from None
+
+
+@router.get("/{asset_id}", responses=NOT_FOUND)
+async def get_asset(context: Context, asset_id: AssetId) -> AssetRow:
+    async with context.transaction() as session:
+        return await queries.asset(session, asset_id)
+
+
+@router.get("/{asset_id}/queuedEvents", responses=NOT_FOUND)
+async def list_queued_events(
+    context: Context, asset_id: AssetId, limit: Limit = 100, offset: Offset = 0
+) -> list[QueuedEventRow]:
+    """The events of the asset waiting in pipelines' queues, oldest first."""
+    async with context.transaction() as session:
+        return await queries.queued_events(session, asset_id=asset_id, limit=limit, offset=offset)
+
+
+@router.delete("/{asset_id}/queuedEvents", responses=NOT_FOUND)
+async def delete_queued_events(
+    context: Context, asset_id: AssetId, before: Annotated[UtcTime | None, Query()] = None
+) -> Deleted:
+    """Remove the asset's events from every pipeline's queue (those queued before ``before``);
+    the events themselves are kept."""
+    async with context.transaction() as session:
+        deleted = await actions.delete_queued_events(session, asset_id=asset_id, before=before)
+    return Deleted(deleted=deleted)

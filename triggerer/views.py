@@ -1,0 +1,150 @@
+"""The rows the CLI prints and the REST API returns (its response schemas), one model per view.
+
+:mod:`triggerer.queries` reads them from the store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class View(BaseModel):
+    """A row as the CLI prints it and the API returns it."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class PipelineRow(View):
+    pipeline_id: str
+    schedule: str
+    """The schedule as text, e.g. ``orders & customers`` or ``@daily``."""
+    progress: str | None
+    """How far the asset condition is: ``1 of 2 assets updated``; null without one."""
+    paused: bool
+    active: bool
+    """False once the pipelines folder no longer defines it (its history is kept)."""
+    partitioned: bool
+    max_active_runs: int
+    run_policy: str
+    next_cron_at: dt.datetime | None
+    fileloc: str
+    error: str | None
+    """Why evaluating it fails, null while it works."""
+    error_at: dt.datetime | None
+
+
+class AssetRow(View):
+    id: int
+    name: str
+    uri: str
+    group: str
+    extra: dict[str, Any]
+    created_at: dt.datetime
+    consumers: list[str]
+    """Pipelines scheduled on it."""
+    producers: list[str]
+    """Pipelines with it as an outlet."""
+    watchers: list[str]
+
+
+class AliasRow(View):
+    id: int
+    name: str
+    group: str
+    asset_ids: list[int]
+    """The assets ever added through it."""
+    consumers: list[str]
+    producers: list[str]
+
+
+class WatcherRow(View):
+    watcher: str
+    asset_id: int
+    asset: str
+    """The URI of the watched asset."""
+    trigger: str
+    """The trigger's class name."""
+    classpath: str
+    state: str
+    last_poll_at: dt.datetime | None
+    restarts: int
+    lag: int | None
+    """Messages waiting in the source, when the trigger can tell."""
+    consumer_group: str | None
+    last_error: str | None
+    instance_id: str | None
+    """The instance that last reported the state."""
+
+
+class EventRow(View):
+    id: int
+    asset_id: int
+    uri: str
+    source: str
+    timestamp: dt.datetime
+    partition_key: str | None
+    extra: dict[str, Any]
+    source_run_id: str | None
+    """The run whose outlet this event is."""
+    source_trigger_id: int | None
+
+
+class RunRef(View):
+    run_id: str
+    pipeline_id: str
+    state: str
+
+
+class EventDetail(EventRow):
+    produced_by: RunRef | None
+    consumed_by: list[RunRef]
+    queued_for: list[str]
+    """Pipelines whose queue still holds it."""
+
+
+class QueuedEventRow(View):
+    pipeline_id: str
+    asset_id: int
+    uri: str
+    event_id: int
+    partition_key: str | None
+    created_at: dt.datetime
+
+
+class RunRow(View):
+    run_id: str
+    pipeline_id: str
+    state: str
+    run_type: str
+    try_number: int
+    max_tries: int
+    events: int
+    """How many events it consumed."""
+    partition_key: str | None
+    created_at: dt.datetime
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    error: str | None
+
+
+class RunDetail(RunRow):
+    params: dict[str, Any]
+    consumed: list[EventRow]
+
+
+class DeadLetterRow(View):
+    id: int
+    created_at: dt.datetime
+    asset_id: int | None
+    asset: str | None
+    """The URI of the asset the event was for."""
+    trigger_id: int | None
+    source: str
+    dedup_key: str | None
+    partition_key: str | None
+    reason: str
+    payload: str
+    """The event's extra as text."""
