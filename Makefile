@@ -34,8 +34,10 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(BIN)/mypy
 
+# Two workers, each taking whole files (a file's fixtures stay on one worker): the end-to-end
+# tests mostly wait on brokers, JVMs and processes, so two of them share the machine's cores well.
 test: lint typecheck ui
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 unit: $(INSTALLED)
 	$(BIN)/python -m pytest tests/unit

@@ -164,13 +164,8 @@ async def test_a_second_sqs_trigger_on_one_queue_is_refused_and_the_first_runs(
     settings = daemon_settings(tmp_path, database_url, NO_SPARK)
 
     async with running_daemon(settings):
-        # orders was registered first: it runs and reports the backlog it starts with.
-        await wait_for(
-            database_url,
-            watchers,
-            lambda rows: (rows["orders"].lag or 0) > 0,
-            timeout_s=TIMEOUT_S,
-        )
+        # orders was registered first: it runs and drains the queue (the backlog it reports on
+        # the way is timing-dependent; test_sqs.py::test_lag_is_the_queue_backlog pins it).
         await wait_for(
             database_url,
             stored,
