@@ -14,7 +14,17 @@ from datetime import datetime
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, and_, insert, select, text, union
+from sqlalchemy import (
+    BindParameter,
+    CompoundSelect,
+    Table,
+    and_,
+    bindparam,
+    insert,
+    select,
+    text,
+    union,
+)
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -101,11 +111,17 @@ class RecordedEvent:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Recorded:
-    """What :func:`record_events` wrote: new events, and the pipelines that got queue rows."""
+    """What :func:`record_events` wrote: new events, and the pipelines each was queued for."""
 
     events: list[RecordedEvent]
     duplicates: int
-    queued_pipelines: set[str]
+    queued: Mapping[int, list[str]]
+    """By event id, the pipelines that got a queue row for it (events queued nowhere: absent)."""
+
+    @property
+    def queued_pipelines(self) -> set[str]:
+        """The pipelines that got queue rows."""
+        return {pipeline_id for pipelines in self.queued.values() for pipeline_id in pipelines}
 
 
 async def record_events(session: AsyncSession, new_events: Sequence[NewEvent]) -> Recorded:
@@ -116,7 +132,7 @@ async def record_events(session: AsyncSession, new_events: Sequence[NewEvent]) -
     only to partitioned pipelines and plain events only to plain ones.
     """
     if not new_events:
-        return Recorded([], 0, set())
+        return Recorded([], 0, {})
     now = utcnow()
     events = await _insert_events(session, new_events, now)
     queued = await _queue(session, events, now)
@@ -192,7 +208,9 @@ def _paired(
     return recorded
 
 
-async def _queue(session: AsyncSession, events: list[RecordedEvent], now: datetime) -> set[str]:
+async def _queue(
+    session: AsyncSession, events: list[RecordedEvent], now: datetime
+) -> dict[int, list[str]]:
     consumers = await _consumers(session, {event.asset_id for event in events})
     rows = [
         (pipeline_id, event.asset_id, event.id, event.partition_key)
@@ -201,7 +219,7 @@ async def _queue(session: AsyncSession, events: list[RecordedEvent], now: dateti
         if partitioned == (event.partition_key is not None)
     ]
     if not rows:
-        return set()
+        return {}
     # New events have no queue rows yet: a plain batched insert, nothing to conflict with.
     pipeline_ids, asset_ids, event_ids, partition_keys = zip(*rows, strict=True)
     if _dialect(session) == "postgresql":
@@ -226,15 +244,16 @@ async def _queue(session: AsyncSession, events: list[RecordedEvent], now: dateti
                 for pipeline_id, asset_id, event_id, partition_key in rows
             ],
         )
-    return set(pipeline_ids)
+    queued: dict[int, list[str]] = {}
+    for pipeline_id, _, event_id, _ in rows:
+        queued.setdefault(event_id, []).append(pipeline_id)
+    return queued
 
 
-async def _consumers(
-    session: AsyncSession, asset_ids: set[int]
-) -> dict[int, set[tuple[str, bool]]]:
-    """For each asset, the (pipeline id, partitioned) of the pipelines that consume it now."""
-    if not asset_ids:
-        return {}
+def _consumers_statement() -> CompoundSelect[int, str, bool]:
+    """(asset id, pipeline id, partitioned) of the pipelines consuming the assets of the
+    expanding parameter ``asset_ids`` now, directly or through an alias."""
+    asset_ids: BindParameter[list[int]] = bindparam("asset_ids", expanding=True)
     consuming = and_(Pipeline.paused.is_(False), Pipeline.is_active.is_(True))
     direct = (
         select(PipelineAssetRef.asset_id, Pipeline.pipeline_id, Pipeline.partitioned)
@@ -255,10 +274,22 @@ async def _consumers(
             consuming,
         )
     )
+    return union(direct, through_alias)
+
+
+# Built once: building the statement cost more than running it, on every batch.
+_CONSUMERS = _consumers_statement()
+
+
+async def _consumers(
+    session: AsyncSession, asset_ids: set[int]
+) -> dict[int, set[tuple[str, bool]]]:
+    """For each asset, the (pipeline id, partitioned) of the pipelines that consume it now."""
+    if not asset_ids:
+        return {}
     consumers: dict[int, set[tuple[str, bool]]] = {}
-    for asset_id, pipeline_id, partitioned in (
-        await session.execute(union(direct, through_alias))
-    ).all():
+    rows = await session.execute(_CONSUMERS, {"asset_ids": list(asset_ids)})
+    for asset_id, pipeline_id, partitioned in rows.all():
         consumers.setdefault(asset_id, set()).add((pipeline_id, partitioned))
     return consumers
 

@@ -21,8 +21,6 @@ from triggerer.api.schemas import (
     Since,
     UtcTime,
 )
-from triggerer.queries import Refused
-from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.store.models import EventSource
 from triggerer.views import AliasRow, AssetRow, EventRow, QueuedEventRow
 
@@ -71,36 +69,9 @@ async def list_events(
 @router.post("/events", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
 async def create_event(context: Context, new: NewAssetEvent) -> CreatedEvent:
     """Create an event (``extra`` gains ``"from_rest_api": true``) and queue it for the
-    pipelines scheduled on its asset; the scheduler looks at them at once."""
-    async with context.transaction() as session:
-        asset_id = await actions.find_asset(session, asset_id=new.asset_id, uri=new.uri)
-        recorded = await actions.emit_event(
-            session,
-            asset_id,
-            {**new.extra, "from_rest_api": True},
-            source=EventSource.REST_API,
-            partition_key=new.partition_key,
-        )
-        if new.partition_key is not None:
-            _check_partition_key(context, recorded.queued_pipelines, new.partition_key)
-        created = await queries.event_row(session, recorded.events[0].id)
-    context.events_recorded(recorded)
-    return CreatedEvent(**created.model_dump(), queued_for=sorted(recorded.queued_pipelines))
-
-
-def _check_partition_key(context: Context, pipeline_ids: set[str], key: str) -> None:
-    """Refuse a key the partition mapper of a consuming pipeline cannot map (the transaction
-    then rolls back): it would fail that pipeline's scheduling instead."""
-    loaded = context.registry().pipelines
-    for pipeline_id in sorted(pipeline_ids):
-        pipeline = loaded.get(pipeline_id)
-        if pipeline is not None and isinstance(pipeline.schedule, PartitionedAssetTimetable):
-            try:
-                pipeline.schedule.map_key(key)
-            except ValueError as error:
-                raise Refused(
-                    f"partition_key {key!r} does not suit pipeline {pipeline_id!r}: {error}"
-                ) from None
+    pipelines scheduled on its asset; the scheduler looks at them at once. A partition key the
+    partition mapper of a consumer cannot map is refused."""
+    return await context.new_events.create(new)
 
 
 @router.get("/{asset_id}", responses=NOT_FOUND)

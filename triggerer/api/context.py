@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hmac
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from triggerer.api.group_commit import GroupCommit
 
 if TYPE_CHECKING:
     from triggerer.config import Settings
@@ -33,6 +36,11 @@ class ApiContext:
     wake_scheduler: Callable[[set[str]], None]
     wake_launcher: Callable[[], None]
 
+    @functools.cached_property
+    def new_events(self) -> GroupCommit:
+        """Creates the events POSTed, concurrent ones in one transaction."""
+        return GroupCommit(self.sessions, self.registry, self.events_recorded)
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A session in a transaction, committed when the block ends without an error."""
@@ -40,7 +48,7 @@ class ApiContext:
             yield session
 
 
-def _context(request: Request) -> ApiContext:
+async def _context(request: Request) -> ApiContext:
     context: ApiContext = request.app.state.context
     return context
 
@@ -50,7 +58,7 @@ Context = Annotated[ApiContext, Depends(_context)]
 _bearer = HTTPBearer(auto_error=False, description="a token of [api] tokens")
 
 
-def authorized(
+async def authorized(
     context: Context,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

@@ -181,7 +181,7 @@ def call_listeners(
                 )
             ],
             0,
-            set(),
+            {},
         )
         known = Origins({i: a.asset() for i, a in item.assets.items()}, item.run_ids)
         calls = [

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from sqlalchemy import and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -215,16 +215,11 @@ class Scheduler:
 
     async def _fire_cron(self, registry: Registry) -> float:
         """Create the runs of cron ticks that are due; seconds until the next tick."""
+        if not any(pipeline.cron for pipeline in registry.pipelines.values()):
+            return IDLE_WAKE_S
         now = utcnow()
         async with self._sessions.begin() as session:
-            due = (
-                await session.execute(
-                    select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
-                        models.Pipeline.next_cron_at.is_not(None),
-                        models.Pipeline.is_active.is_(True),
-                    )
-                )
-            ).all()
+            due = (await session.execute(_CRON_TICKS)).all()
         wait_s = IDLE_WAKE_S
         for pipeline_id, tick in due:
             pipeline = registry.pipelines.get(pipeline_id)
@@ -331,26 +326,38 @@ def _run_id(pipeline_id: str, kind: str, suffix: str) -> str:
     return pipeline_id[: ID_LENGTH - len(tail)] + tail
 
 
+# The statements of every pass are built once: building them cost more than running them.
+_PIPELINE_STATE = select(models.Pipeline.paused, models.Pipeline.error).where(
+    models.Pipeline.pipeline_id == bindparam("pipeline_id")
+)
+_ACTIVE_RUNS = (
+    select(func.count())
+    .select_from(models.Run)
+    .where(models.Run.pipeline_id == bindparam("pipeline_id"), models.Run.state.in_(ACTIVE_STATES))
+)
+_ANY_QUEUED = (
+    select(models.QueuedEvent.id)
+    .where(
+        models.QueuedEvent.pipeline_id == bindparam("pipeline_id"),
+        models.QueuedEvent.asset_id == bindparam("asset_id"),
+    )
+    .limit(1)
+)
+_CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
+    models.Pipeline.next_cron_at.is_not(None), models.Pipeline.is_active.is_(True)
+)
+
+
 async def _pipeline_state(
     session: AsyncSession, pipeline_id: str
 ) -> tuple[bool | None, str | None]:
     """(paused, error) of the pipeline's row; paused is ``None`` when there is no row."""
-    row = (
-        await session.execute(
-            select(models.Pipeline.paused, models.Pipeline.error).where(
-                models.Pipeline.pipeline_id == pipeline_id
-            )
-        )
-    ).one_or_none()
+    row = (await session.execute(_PIPELINE_STATE, {"pipeline_id": pipeline_id})).one_or_none()
     return (None, None) if row is None else (row.paused, row.error)
 
 
 async def _below_max_active_runs(session: AsyncSession, pipeline: Pipeline) -> bool:
-    active = await session.scalar(
-        select(func.count())
-        .select_from(models.Run)
-        .where(models.Run.pipeline_id == pipeline.pipeline_id, models.Run.state.in_(ACTIVE_STATES))
-    )
+    active = await session.scalar(_ACTIVE_RUNS, {"pipeline_id": pipeline.pipeline_id})
     return (active or 0) < pipeline.max_active_runs
 
 
@@ -417,14 +424,7 @@ async def _assets_with_queued(
 ) -> set[int]:
     present = set()
     for asset_id in asset_ids:
-        row = await session.scalar(
-            select(models.QueuedEvent.id)
-            .where(
-                models.QueuedEvent.pipeline_id == pipeline_id,
-                models.QueuedEvent.asset_id == asset_id,
-            )
-            .limit(1)
-        )
+        row = await session.scalar(_ANY_QUEUED, {"pipeline_id": pipeline_id, "asset_id": asset_id})
         if row is not None:
             present.add(asset_id)
     return present

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 from sqlalchemy import update
 
@@ -89,6 +90,41 @@ async def test_event_on_a_normalised_uri_and_with_a_partition_key(api: Api) -> N
     assert (await emit(api, "S3://lake/report/"))["uri"] == "s3://lake/report"
     keyed = await emit(api, "daily", partition_key="2026-03-16T09:37:51")
     assert (keyed["partition_key"], keyed["queued_for"]) == ("2026-03-16T09:37:51", ["by_day"])
+
+
+async def test_concurrent_posts_share_transactions_and_each_gets_its_own_answer(
+    api: Api,
+) -> None:
+    bodies = [
+        {"uri": "orders", "extra": {"i": i}}
+        if i % 3
+        else {"uri": "daily", "partition_key": "yesterday"}  # by_day cannot map it: 422
+        for i in range(60)
+    ] + [{"uri": "nowhere"}, {"asset_id": 999_999}]  # 404 each
+    responses = []
+
+    async def post(body: dict[str, Any]) -> None:
+        responses.append((body, await api.client.post("/assets/events", json=body)))
+
+    async with anyio.create_task_group() as clients:
+        for body in bodies:
+            clients.start_soon(post, body)
+
+    answers = {(r.status_code, str(body.get("extra"))) for body, r in responses}
+    assert answers == {
+        *((201, str({"i": i})) for i in range(60) if i % 3),
+        (422, "None"),
+        (404, "None"),
+    }
+    created = [r.json() for _, r in responses if r.status_code == 201]
+    assert sorted(c["extra"]["i"] for c in created) == [i for i in range(60) if i % 3]
+    assert all(c["queued_for"] == ["count_orders", "matched"] for c in created)
+    # Every event answered 201 is committed, with the id it was answered with, and only those.
+    stored = (await api.client.get("/assets/events?limit=1000")).json()
+    assert sorted(e["id"] for e in stored) == sorted(c["id"] for c in created)
+    # Fewer transactions than requests: the posts waiting while one commits go in the next.
+    assert len(api.calls.recorded) < len(created)
+    assert sum(len(r.events) for r in api.calls.recorded) == len(created)
 
 
 @pytest.mark.parametrize(
