@@ -100,7 +100,7 @@ def is_loopback(host: str) -> bool:
 class SparkSettings(_Section):
     """Where runs execute. Combinations that would fail every run are refused at start."""
 
-    mode: Literal["local", "connect", "submit"] = "local"
+    mode: Literal["local", "classic", "connect", "submit"] = "local"
     master: str = "local[*]"
     # Validated even when left out: "connect" mode needs it.
     remote: str | None = Field(default=None, validate_default=True)
@@ -110,11 +110,11 @@ class SparkSettings(_Section):
     @field_validator("master")
     @classmethod
     def _master_is_named(cls, master: str, info: ValidationInfo) -> str:
-        if not master.strip() and info.data.get("mode") in ("local", "submit"):
+        if not master.strip() and info.data.get("mode") in ("local", "classic", "submit"):
             raise PydanticCustomError(
                 "spark_master",
-                "a Spark master is required in 'local' and 'submit' mode, e.g. local[*], "
-                "spark://host:7077, k8s://https://host:6443 or yarn",
+                "a Spark master is required in 'local', 'classic' and 'submit' mode, e.g. "
+                "local[*], spark://host:7077, k8s://https://host:6443 or yarn",
             )
         return master
 

@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import PySparkAttributeError, PySparkNotImplementedError
+
 from triggerer.assets import Asset
 from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
 from triggerer.lifeline import die_with_parent
@@ -45,11 +47,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = pipeline.function(spark, context)
             for item in result if inspect.isgenerator(result) else ():
                 _apply(item, context)
+    except (PySparkAttributeError, PySparkNotImplementedError) as error:
+        if spec["spark"]["mode"] != "connect":
+            raise
+        raise ClassicSparkNeeded(
+            f"{error}\nPipeline {pipeline.pipeline_id!r} uses what only classic Spark has "
+            "(SparkContext, RDDs or the JVM), which Spark Connect does not offer: run it with "
+            '[spark] mode = "classic" (a JVM of its own per run) or "submit"'
+        ) from error
     finally:
-        if spec["spark"]["mode"] == "local":
-            spark.stop()
+        if spec["spark"]["mode"] != "submit":
+            spark.stop()  # a Connect session is released on the server, a local JVM ends
     Path(result_path).write_text(json.dumps(collect_outlets(context)))
     return 0
+
+
+class ClassicSparkNeeded(RuntimeError):
+    """A pipeline run on Spark Connect touched the classic-only API."""
 
 
 def build_context(spec: dict[str, Any], pipeline: Pipeline) -> RunContext:
@@ -146,7 +160,7 @@ def _spark_session(spec: dict[str, Any], pipeline: Pipeline) -> Any:
         # Also where an application script's own SparkSession.builder looks.
         os.environ["SPARK_REMOTE"] = spark_settings["remote"]
         builder = builder.remote(spark_settings["remote"])
-    elif spark_settings["mode"] == "local":
+    elif spark_settings["mode"] == "classic":
         builder = builder.master(spark_settings["master"]).config("spark.ui.enabled", "false")
     for key, value in {**spark_settings["conf"], **pipeline.spark_conf}.items():
         builder = builder.config(key, value)

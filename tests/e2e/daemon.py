@@ -273,13 +273,18 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"triggerer still running after {timeout_s}s{self.tail()}") from None
 
-    async def wait_logged(self, event: str, timeout_s: float = 60.0) -> None:
-        """Wait until the daemon has logged ``event`` (JSON logs), e.g. ``pipelines_loaded``."""
+    async def wait_logged(
+        self, event: str, timeout_s: float = 60.0, *, times: int = 1
+    ) -> list[dict[str, Any]]:
+        """Wait until the daemon has logged ``event`` (JSON logs), e.g. ``pipelines_loaded``,
+        ``times`` times; those log records."""
         needle = f'"event": "{event}"'
         with anyio.fail_after(timeout_s):
             while True:
-                if needle in await anyio.Path(self.log_path).read_text(errors="replace"):
-                    return
+                text = await anyio.Path(self.log_path).read_text(errors="replace")
+                records = [json.loads(line) for line in text.splitlines() if needle in line]
+                if len(records) >= times:
+                    return records
                 assert self.process is not None
                 assert self.process.poll() is None, f"triggerer exited{self.tail()}"
                 await anyio.sleep(0.1)

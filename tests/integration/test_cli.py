@@ -253,4 +253,4 @@ def test_bad_config_value_names_key_value_and_allowed(
     code, _, err = run_cli(capsys, "runs", "list")
     assert code == 1
     assert "spark.mode = 'yarn'" in err
-    assert "'local', 'connect' or 'submit'" in err
+    assert "'local', 'classic', 'connect' or 'submit'" in err

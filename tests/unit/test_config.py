@@ -98,7 +98,7 @@ def test_bad_value_names_key_value_and_allowed_values(tmp_path: Path) -> None:
     message = str(info.value)
     assert "spark.mode" in message
     assert "'cluster'" in message
-    for allowed in ("local", "connect", "submit"):
+    for allowed in ("local", "classic", "connect", "submit"):
         assert allowed in message
     assert "TRIGGERER_SPARK__MODE" in message
 
@@ -116,6 +116,7 @@ def test_bad_value_names_key_value_and_allowed_values(tmp_path: Path) -> None:
         ('mode = "local"\nremote = "sc://h:port"', "spark.remote", "'sc://h:port'", "sc://"),
         ('mode = "submit"\nmaster = " "', "spark.master", "' '", "spark://host:7077"),
         ('mode = "local"\nmaster = ""', "spark.master", "''", "local[*]"),
+        ('mode = "classic"\nmaster = ""', "spark.master", "''", "local[*]"),
         ("conf = { 'spark.master' = 'yarn' }", "spark.conf", "'spark.master'", "[spark] master"),
         (
             'mode = "submit"\nconf = { "spark.submit.deployMode" = "cluster" }',

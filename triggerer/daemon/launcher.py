@@ -7,10 +7,8 @@ emits nothing and is retried with backoff while it has tries left.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from triggerer.assets import Asset, AssetAlias
 from triggerer.daemon.backoff import until_stored
 from triggerer.daemon.registry import DefinitionChanges, Registry, ensure_alias, ensure_asset
 from triggerer.events import NewEvent, Recorded, record_events
+from triggerer.processes import spark_env, terminate
 from triggerer.store import models
 from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource, RunState
@@ -38,12 +37,12 @@ from triggerer.store.types import utcnow
 
 if TYPE_CHECKING:
     from triggerer.config import Settings
+    from triggerer.daemon.spark_server import LocalSparkServer
     from triggerer.pipelines import Pipeline
 
 log = structlog.get_logger(__name__)
 
 POLL_S = 5.0
-KILL_GRACE_S = 5.0
 UNRECORDABLE = (IntegrityError, LookupError, TypeError, ValueError)
 """What recording a malformed or conflicting run result raises: the run fails, not the daemon."""
 
@@ -67,8 +66,10 @@ class Launcher:
         *,
         on_events: Callable[[Recorded], None],
         on_definitions: Callable[[DefinitionChanges], None],
+        spark_server: LocalSparkServer | None = None,
     ) -> None:
         self._sessions = sessions
+        self._spark_server = spark_server
         self._registry = registry
         self._settings = settings
         self._instance_id = instance_id
@@ -104,6 +105,8 @@ class Launcher:
         """Claim runs, oldest first and at most ``[runs] parallelism`` in progress at once, and
         start them in ``task_group`` until cancelled or stopped."""
         while self._accepting:
+            if self._spark_server is not None:
+                await self._spark_server.wait_ready()  # runs wait while it (re)starts
             self._woken = anyio.Event()
             free = self._settings.runs.parallelism - len(self._in_progress)
             for run_pk in await self._claimable(free) if free > 0 else ():
@@ -199,10 +202,12 @@ class Launcher:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
         await anyio.Path(spec_path).write_text(json.dumps(spec))
-        env = _child_env()
+        env = spark_env()
+        if self._spark_server is not None:
+            env |= self._spark_server.client_env
         command = _command(self._settings, spec_path, result_path, env["SPARK_HOME"])
         with log_path.open("ab") as log_file:
-            # A process group of its own: _terminate() stops the run's whole process tree.
+            # A process group of its own: terminate() stops the run's whole process tree.
             process = await anyio.open_process(
                 command,
                 stdout=log_file,
@@ -214,7 +219,7 @@ class Launcher:
                 returncode = await process.wait()
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    await _terminate(process)
+                    await terminate(process)
                 raise
         return await _ended(returncode, result_path, log_path)
 
@@ -243,6 +248,10 @@ class Launcher:
             for event, asset, source_run_id in rows.all()
         ]
         spark = self._settings.spark
+        mode, remote = spark.mode, spark.remote
+        if self._spark_server is not None:
+            # Local mode: the run is a client of the daemon's warm Connect server.
+            mode, remote = "connect", await self._spark_server.wait_ready()
         return {
             "run_id": run.run_id,
             "pipeline_id": run.pipeline_id,
@@ -255,9 +264,9 @@ class Launcher:
             "triggering_events": events,
             "database_url": self._settings.database.url,
             "spark": {
-                "mode": spark.mode,
+                "mode": mode,
                 "master": spark.master,
-                "remote": spark.remote,
+                "remote": remote,
                 "conf": spark.conf,
             },
         }
@@ -395,47 +404,6 @@ def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home:
     else:
         run = [sys.executable, "-m", "triggerer.runner", *arguments]
     return [sys.executable, "-I", lifeline.__file__, str(os.getpid()), *run]
-
-
-def _child_env() -> dict[str, str]:
-    """The daemon's environment, plus the Spark home and the Python that runs use unless it
-    names them itself: ``SPARK_HOME`` (pyspark's own folder) and the daemon's interpreter as
-    the driver's and executors' Python.
-
-    A service manager starts the daemon without its virtualenv on PATH, where spark-submit
-    would look for both and find a Python without pyspark and triggerer. In ``submit`` mode
-    ``spark.pyspark.python`` and ``spark.pyspark.driver.python`` in ``[spark] conf`` take
-    precedence over these (spark-submit reads them).
-    """
-    env = dict(os.environ)
-    defaults = {
-        "SPARK_HOME": _pyspark_home(),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
-    for name, value in defaults.items():
-        env[name] = env.get(name) or value
-    return env
-
-
-def _pyspark_home() -> str:
-    """The pyspark package's folder, found without importing it: a Spark home (bin/, jars/)."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError("pyspark, a dependency of triggerer, is not installed")
-    return os.path.dirname(spec.origin)
-
-
-async def _terminate(process: anyio.abc.Process) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    with anyio.move_on_after(KILL_GRACE_S):
-        await process.wait()
-        return
-    os.killpg(process.pid, signal.SIGKILL)
-    await process.wait()
 
 
 def retry_at(try_number: int, delay_s: float) -> datetime:

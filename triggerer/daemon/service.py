@@ -31,6 +31,7 @@ from triggerer.daemon.leases import Leases
 from triggerer.daemon.notifier import Notifier
 from triggerer.daemon.registry import DefinitionChanges, Registry, sync_definitions
 from triggerer.daemon.scheduler import Scheduler
+from triggerer.daemon.spark_server import LocalSparkServer
 from triggerer.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.daemon.wakeups import listen
 from triggerer.daemon.watchdog import watch_event_loop
@@ -70,6 +71,14 @@ class Service:
             batch_size=settings.daemon.ingest_batch_size,
             commits_in_flight=_commits_in_flight(settings.database.url),
         )
+        # Local mode: one warm Spark Connect server, which every run uses.
+        self.spark_server = (
+            LocalSparkServer(
+                settings.spark, restart_backoff_max_s=settings.daemon.restart_backoff_max_s
+            )
+            if settings.spark.mode == "local"
+            else None
+        )
         self.launcher = Launcher(
             sessions,
             lambda: self.registry,
@@ -78,6 +87,7 @@ class Service:
             self.scheduler.wake,
             on_events=self.events_recorded,
             on_definitions=self.definitions_changed,
+            spark_server=self.spark_server,
         )
         self.notifier = Notifier(
             settings.listeners.plugins,
@@ -241,6 +251,8 @@ async def serve(
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(watch_event_loop)
             task_group.start_soon(service.notifier.run)
+            if service.spark_server is not None:
+                task_group.start_soon(service.spark_server.run)
             await until_stored(lambda: service.reload(task_group), during="reload")
             await until_stored(service.heartbeat, during="heartbeat")
             if api is not None:
