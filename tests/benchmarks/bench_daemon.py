@@ -30,9 +30,13 @@ Parts:
   costs (tansu answers a waiting fetch late) from the daemon's own cost; a plain aiokafka
   consumer (50 messages, both settings) gives the broker's floor. The first three messages warm
   up and are left out. Goal: produce to run created p50 <= 20 ms, p99 <= 100 ms.
-- ``spark_local`` / ``spark_connect``: the same with the real launcher, waiting for each run to
-  end before the next message. Connect uses a warm server (``deploy.local.services``) and
-  leaves out its first, cold, run.
+- ``spark_local`` / ``spark_classic`` / ``spark_connect``: the same with the real launcher,
+  waiting for each run to end before the next message. Local is the default mode (the daemon's
+  own warm Spark Connect server: its start time and memory are reported); classic starts a JVM
+  per run; connect uses a server started here (``deploy.local.services``). Local and connect
+  leave out their first run (a cold server's first session). Local then produces
+  ``--burst-runs`` messages at once to a per-event pipeline and times them until every run
+  ended. Goals (local): produce to function entered p50 <= 1 s, p99 <= 2 s; 100 runs <= 60 s.
 - ``throughput_sqlite`` / ``throughput_postgresql``: pre-produced messages (4 partitions) into
   committed events with queue rows; the consumer pipeline is scheduled on ``[orders, never]``,
   so no run starts. Rate from the commit that passes 10% of the events to the last one (also
@@ -107,6 +111,7 @@ PARTS = (
     "idle_file",
     "latency",
     "spark_local",
+    "spark_classic",
     "spark_connect",
     "throughput_sqlite",
     "throughput_postgresql",
@@ -115,6 +120,7 @@ FULL = {
     "latency_messages": 200,
     "local_messages": 5,
     "connect_messages": 20,
+    "burst_runs": 100,
     "throughput_messages": 100_000,
     "idle_watchers": 1000,
     "idle_seconds": 20.0,
@@ -123,6 +129,7 @@ QUICK = {
     "latency_messages": 50,
     "local_messages": 2,
     "connect_messages": 5,
+    "burst_runs": 20,
     "throughput_messages": 10_000,
     "idle_watchers": 200,
     "idle_seconds": 10.0,
@@ -161,7 +168,7 @@ LATENCY_PIPELINES = """
         return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
-    @pipeline(schedule=orders, max_active_runs=1_000_000)
+    @pipeline(schedule=orders, run_policy="per_event", max_active_runs=1_000_000)
     def on_order(spark, context):
         entered = time.time()
         offset = context.triggering_asset_events[orders][0].extra["payload"]["offset"]
@@ -397,9 +404,18 @@ async def part_latency(args: argparse.Namespace, workdir: Path) -> dict[str, Any
 # -- spark
 
 
+def process_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 async def part_spark(args: argparse.Namespace, workdir: Path, mode: str) -> dict[str, Any]:
-    messages = args.local_messages if mode == "local" else args.connect_messages
-    warmup = 0 if mode == "local" else 1  # the first session of a connect server is cold
+    # A JVM per run is slow and every run is cold: fewer messages, none left out.
+    messages = args.local_messages if mode == "classic" else args.connect_messages
+    warmup = 0 if mode == "classic" else 1  # the first session of a Connect server is cold
+    burst = args.burst_runs if mode == "local" else 0
     with contextlib.ExitStack() as stack:
         spark: dict[str, Any] = {"mode": mode}
         if mode == "connect":
@@ -407,7 +423,7 @@ async def part_spark(args: argparse.Namespace, workdir: Path, mode: str) -> dict
             server.start(timeout_s=180)
             stack.callback(server.stop)
             spark["remote"] = f"sc://{server.address}"
-        return await _spark_runs(args.bootstrap, workdir, spark, messages, warmup)
+        return await _spark_runs(args.bootstrap, workdir, spark, messages, warmup, burst)
 
 
 async def _latency_deployment(
@@ -432,7 +448,7 @@ async def _latency_deployment(
 
 
 async def _spark_runs(
-    bootstrap: str, workdir: Path, spark: dict[str, Any], messages: int, warmup: int
+    bootstrap: str, workdir: Path, spark: dict[str, Any], messages: int, warmup: int, burst: int
 ) -> dict[str, Any]:
     topic, database_url, marks = await _latency_deployment(
         bootstrap, workdir, "spark", GROUP_OPTIONS
@@ -445,8 +461,10 @@ async def _spark_runs(
     entered: list[float] = []
     spawned: list[float] = []
     total = warmup + messages
+    server: dict[str, Any] = {}
+    burst_s = None
     try:
-        async with daemon(settings, probe):
+        async with daemon(settings, probe) as service:
             await wait_assigned(probe)
             for index in range(total):
                 produced.append(time.time())
@@ -459,9 +477,21 @@ async def _spark_runs(
                     entered.append(stamps["entered"])
                     spawned.append(stamps["process_started"])
                     await _until_finished(database_url, index + 1)
+            if service.spark_server is not None and service.spark_server.pid is not None:
+                server = {
+                    "start_s": round(service.spark_server.start_s or 0, 1),
+                    "rss_mb": round(process_rss_mb(service.spark_server.pid)),
+                }
+            if burst:
+                started = time.perf_counter()
+                for index in range(total, total + burst):
+                    await producer.send(topic, latency_message(index))
+                await producer.flush()
+                await _until_finished(database_url, total + burst)
+                burst_s = round(time.perf_counter() - started, 1)
     finally:
         await producer.stop()
-    rows = await _runs_with_events(database_url)
+    rows = (await _runs_with_events(database_url))[:total]
     measured = range(warmup, total)
     created = [probe.created[i] - produced[i] for i in measured]
     claimed = [rows[i]["started_at"] - produced[i] for i in measured]
@@ -487,6 +517,8 @@ async def _spark_runs(
             ),
         },
         "each_produce_to_function_ms": [round(f * 1000) for f in function],
+        "server": server or "none of the daemon's",
+        f"{burst}_runs_at_once_s": burst_s,
     }
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from triggerer import lifeline, runner
 from triggerer.config import Settings
-from triggerer.daemon.launcher import _child_env, _command
+from triggerer.daemon.launcher import _command
+from triggerer.processes import spark_env
 
 SPEC, RESULT = Path("/runs/spec.json"), Path("/runs/result-1.json")
 
@@ -40,7 +41,7 @@ def test_submit_runs_spark_submit_of_spark_home_with_the_conf() -> None:
 
 
 def test_the_run_gets_spark_home_and_the_daemons_python() -> None:
-    env = _child_env()
+    env = spark_env()
     assert Path(env["SPARK_HOME"], "bin", "spark-submit").is_file()
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
 
@@ -48,6 +49,6 @@ def test_the_run_gets_spark_home_and_the_daemons_python() -> None:
 def test_the_daemons_environment_overrides_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARK_HOME", "/opt/spark")
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python")
-    env = _child_env()
+    env = spark_env()
     assert (env["SPARK_HOME"], env["PYSPARK_PYTHON"]) == ("/opt/spark", "/opt/python")
     assert env["PYSPARK_DRIVER_PYTHON"] == sys.executable

@@ -28,6 +28,7 @@ from triggerer import lifeline, metrics, runner
 from triggerer.assets import Asset, AssetAlias
 from triggerer.daemon.backoff import until_stored
 from triggerer.daemon.registry import DefinitionChanges, Registry, ensure_alias, ensure_asset
+from triggerer.daemon.spare_runner import SpareRunner
 from triggerer.events import NewEvent, Recorded, record_events
 from triggerer.processes import spark_env, terminate
 from triggerer.store import models
@@ -70,6 +71,7 @@ class Launcher:
     ) -> None:
         self._sessions = sessions
         self._spark_server = spark_server
+        self._spare_runner = SpareRunner(self._run_env)
         self._registry = registry
         self._settings = settings
         self._instance_id = instance_id
@@ -104,22 +106,26 @@ class Launcher:
     async def run(self, task_group: TaskGroup) -> None:
         """Claim runs, oldest first and at most ``[runs] parallelism`` in progress at once, and
         start them in ``task_group`` until cancelled or stopped."""
-        while self._accepting:
-            if self._spark_server is not None:
-                await self._spark_server.wait_ready()  # runs wait while it (re)starts
-            self._woken = anyio.Event()
-            free = self._settings.runs.parallelism - len(self._in_progress)
-            for run_pk in await self._claimable(free) if free > 0 else ():
-                if not self._accepting:
-                    break
-                if await self._claim(run_pk):
-                    self._in_progress[run_pk] = anyio.CancelScope()
-                    self._idle = anyio.Event()
-                    task_group.start_soon(self._execute, run_pk)
-                else:
-                    self._woken.set()  # another instance took it: look for the next one
-            with anyio.move_on_after(POLL_S):
-                await self._woken.wait()
+        try:
+            while self._accepting:
+                if self._spark_server is not None:
+                    await self._spark_server.wait_ready()  # runs wait while it (re)starts
+                self._woken = anyio.Event()
+                free = self._settings.runs.parallelism - len(self._in_progress)
+                for run_pk in await self._claimable(free) if free > 0 else ():
+                    if not self._accepting:
+                        break
+                    if await self._claim(run_pk):
+                        self._in_progress[run_pk] = anyio.CancelScope()
+                        self._idle = anyio.Event()
+                        task_group.start_soon(self._execute, run_pk)
+                    else:
+                        self._woken.set()  # another instance took it: look for the next one
+                with anyio.move_on_after(POLL_S):
+                    await self._woken.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._spare_runner.close()
 
     async def _claimable(self, limit: int) -> list[int]:
         async with self._sessions() as session:
@@ -202,26 +208,33 @@ class Launcher:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
         await anyio.Path(spec_path).write_text(json.dumps(spec))
+        if spec["spark"]["mode"] == "connect":
+            process = await self._spare_runner.start_run(spec_path, result_path, log_path)
+        else:
+            env = self._run_env()
+            command = _command(self._settings, spec_path, result_path, env["SPARK_HOME"])
+            with log_path.open("ab") as log_file:
+                # A process group of its own: terminate() stops the run's whole process tree.
+                process = await anyio.open_process(
+                    command,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+        try:
+            returncode = await process.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await terminate(process)
+            raise
+        return await _ended(returncode, result_path, log_path)
+
+    def _run_env(self) -> dict[str, str]:
         env = spark_env()
         if self._spark_server is not None:
             env |= self._spark_server.client_env
-        command = _command(self._settings, spec_path, result_path, env["SPARK_HOME"])
-        with log_path.open("ab") as log_file:
-            # A process group of its own: terminate() stops the run's whole process tree.
-            process = await anyio.open_process(
-                command,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-            try:
-                returncode = await process.wait()
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    await terminate(process)
-                raise
-        return await _ended(returncode, result_path, log_path)
+        return env
 
     async def _spec(
         self, session: AsyncSession, run: models.Run, pipeline: Pipeline
