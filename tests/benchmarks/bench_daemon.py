@@ -149,7 +149,6 @@ DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 LATENCY_PIPELINES = """
     import json
-    import os
     import time
     from pathlib import Path
 
@@ -161,18 +160,11 @@ LATENCY_PIPELINES = """
         bootstrap_servers={bootstrap!r}, topics=[{topic!r}], group_id={group!r}, {options}))])
 
 
-    def process_started():
-        # When this process started, on the wall clock (10 ms resolution, from /proc).
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-
-
     @pipeline(schedule=orders, run_policy="per_event", max_active_runs=1_000_000)
     def on_order(spark, context):
         entered = time.time()
         offset = context.triggering_asset_events[orders][0].extra["payload"]["offset"]
-        stamps = {{"entered": entered, "process_started": process_started()}}
+        stamps = {{"entered": entered}}
         (MARKS / f"{{offset}}.tmp").write_text(json.dumps(stamps))
         (MARKS / f"{{offset}}.tmp").rename(MARKS / str(offset))
 """
@@ -459,7 +451,6 @@ async def _spark_runs(
     await producer.start()
     produced: list[float] = []
     entered: list[float] = []
-    spawned: list[float] = []
     total = warmup + messages
     server: dict[str, Any] = {}
     burst_s = None
@@ -475,7 +466,6 @@ async def _spark_runs(
                         await anyio.sleep(0.02)  # the stamp is in the file, not the poll time
                     stamps = json.loads(await mark.read_text())
                     entered.append(stamps["entered"])
-                    spawned.append(stamps["process_started"])
                     await _until_finished(database_url, index + 1)
             if service.spark_server is not None and service.spark_server.pid is not None:
                 server = {
@@ -508,14 +498,6 @@ async def _spark_runs(
         "run_created_to_function_entered_ms": spread_ms(
             [f - c for f, c in zip(function, created, strict=True)]
         ),
-        "breakdown_p50_ms": {
-            "run_created_to_child_started": round(
-                percentile([spawned[i] - probe.created[i] for i in measured], 50) * 1000
-            ),
-            "child_started_to_function_entered": round(
-                percentile([entered[i] - spawned[i] for i in measured], 50) * 1000
-            ),
-        },
         "each_produce_to_function_ms": [round(f * 1000) for f in function],
         "server": server or "none of the daemon's",
         f"{burst}_runs_at_once_s": burst_s,
