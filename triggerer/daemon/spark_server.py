@@ -78,7 +78,9 @@ class LocalSparkServer:
         while True:
             started = anyio.current_time()
             reason = await self._serve_once()
-            self._remote, self._ready = None, anyio.Event()
+            # Not ready until the next start: waiters wake and wait for that one.
+            was_ready, self._remote, self._ready = self._ready, None, anyio.Event()
+            was_ready.set()
             failures = 1 if anyio.current_time() - started > STABLE_AFTER_S else failures + 1
             delay_s = backoff_s(failures, self._restart_backoff_max_s)
             log.error(
@@ -105,23 +107,24 @@ class LocalSparkServer:
                 start_new_session=True,
             )
         try:
-            with anyio.move_on_after(START_TIMEOUT_S):
+            with anyio.move_on_after(START_TIMEOUT_S) as starting:
                 while not await _accepts(port):
                     if process.returncode is not None:
                         return f"it exited with code {process.returncode} while starting"
                     await anyio.sleep(0.2)
-                self._remote = f"sc://localhost:{port}"
-                self.pid, self.start_s = process.pid, anyio.current_time() - started
-                self._ready.set()
-                log.info(
-                    "spark_server_ready",
-                    remote=self._remote,
-                    master=self._settings.master,
-                    start_s=round(self.start_s, 1),
-                    pid=process.pid,
-                )
-                return f"it exited with code {await process.wait()}"
-            return f"it did not listen within {START_TIMEOUT_S:.0f} s"
+            if starting.cancelled_caught:
+                return f"it did not listen within {START_TIMEOUT_S:.0f} s"
+            self._remote = f"sc://localhost:{port}"
+            self.pid, self.start_s = process.pid, anyio.current_time() - started
+            self._ready.set()
+            log.info(
+                "spark_server_ready",
+                remote=self._remote,
+                master=self._settings.master,
+                start_s=round(self.start_s, 1),
+                pid=process.pid,
+            )
+            return f"it exited with code {await process.wait()}"
         finally:
             self.pid = None
             with anyio.CancelScope(shield=True):
