@@ -26,6 +26,8 @@ TRIGGERER = Path(sys.executable).with_name("triggerer")
 
 
 def main() -> int:
+    # SIGTERM (a service manager, `timeout`) stops everything like Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     STATE.mkdir(parents=True, exist_ok=True)
     print("starting local SQS (moto) and Kafka (tansu)...")  # noqa: T201 - demo output
     sqs_server = moto(STATE)
