@@ -6,6 +6,7 @@ one starts warming up. A spare that died meanwhile is replaced by a cold start, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -32,15 +33,15 @@ class SpareRunner:
     ) -> anyio.abc.Process:
         """The process of the run of ``spec_path``, started: the spare if it is alive."""
         async with self._lock:  # one spare: runs starting at once take it in turn
-            process, self._spare = self._spare, None
-            if process is None or process.returncode is not None:
-                process = await self._spawn()
             run = f"{spec_path}\n{result_path}\n{log_path}\n".encode()
-            try:
-                await _hand(process, run)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                process = await self._spawn()  # it died after the check: this run starts cold
-                await _hand(process, run)
+            spare, self._spare = self._spare, None
+            if spare is not None and await _handed(spare, run):
+                process = spare
+            else:
+                # None ready, or it died: this run starts cold, its output in its log from
+                # the start (an import that fails shows there, and its exit code says so).
+                process = await self._spawn(log_path)
+                await _handed(process, run)
             self._spare = await self._spawn()
             return process
 
@@ -50,20 +51,30 @@ class SpareRunner:
         if process is not None:
             await terminate(process)
 
-    async def _spawn(self) -> anyio.abc.Process:
+    async def _spawn(self, log_path: Path | None = None) -> anyio.abc.Process:
+        """A runner waiting for its run; its output goes to ``log_path`` until the run makes
+        its own log the output (nowhere without one)."""
         command = [sys.executable, "-m", "triggerer.runner", "--spare"]
-        # A process group of its own, tied to the daemon like any run (see triggerer.lifeline).
-        return await anyio.open_process(
-            [sys.executable, "-I", lifeline.__file__, str(os.getpid()), *command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,  # the run's log, once it has one: the runner redirects
-            stderr=subprocess.DEVNULL,
-            env=self._env(),
-            start_new_session=True,
-        )
+        with contextlib.ExitStack() as stack:
+            output = stack.enter_context(log_path.open("ab")) if log_path else subprocess.DEVNULL
+            # A process group of its own, tied to the daemon like any run (triggerer.lifeline).
+            return await anyio.open_process(
+                [sys.executable, "-I", lifeline.__file__, str(os.getpid()), *command],
+                stdin=subprocess.PIPE,
+                stdout=output,
+                stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL,
+                env=self._env(),
+                start_new_session=True,
+            )
 
 
-async def _hand(process: anyio.abc.Process, run: bytes) -> None:
-    assert process.stdin is not None  # noqa: S101 - spawned with a pipe
-    await process.stdin.send(run)
-    await process.stdin.aclose()
+async def _handed(process: anyio.abc.Process, run: bytes) -> bool:
+    """Whether ``process`` took ``run`` (it may have died meanwhile)."""
+    if process.returncode is not None or process.stdin is None:
+        return False
+    try:
+        await process.stdin.send(run)
+        await process.stdin.aclose()
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        return False
+    return True
