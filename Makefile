@@ -22,7 +22,7 @@ $(UI_BUILT): ui/package.json ui/package-lock.json
 	cd ui && npm ci --no-audit --no-fund --loglevel=error
 	mkdir -p $(UI_VENDOR)
 	cp ui/node_modules/cytoscape/dist/cytoscape.esm.min.mjs $(UI_VENDOR)/cytoscape.js
-	cp ui/node_modules/cytoscape-dagre/dist/cytoscape-dagre.min.mjs $(UI_VENDOR)/cytoscape-dagre.js
+	cp ui/node_modules/@dagrejs/dagre/dist/dagre.esm.js $(UI_VENDOR)/dagre.js
 	touch $@
 
 ui: $(UI_BUILT)

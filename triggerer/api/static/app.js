@@ -3,11 +3,12 @@
 // the open page follows changes within POLL_MS plus one request.
 
 // The graph libraries load while the first poll reads the API.
+let dagre = null;
 const graphLibrary = Promise.all([
   import("./vendor/cytoscape.js"),
-  import("./vendor/cytoscape-dagre.js"),
-]).then(([cytoscape, dagre]) => {
-  cytoscape.default.use(dagre.default);
+  import("./vendor/dagre.js"),
+]).then(([cytoscape, dagreModule]) => {
+  dagre = dagreModule;
   return cytoscape.default;
 });
 
@@ -224,28 +225,20 @@ const STYLE = [
 function drawGraph(cytoscape, lineage) {
   const started = performance.now();
   const elements = elementsOf(lineage);
-  // At a thousand nodes dagre's defaults take seconds: there, longest-path ranking (each node
-  // as close to what it feeds as it can be) instead of network simplex (shorter edges, columns
-  // that read better), and one alignment instead of balancing four.
-  const large = elements.length > LARGE_GRAPH;
-  const layout = {
-    name: "dagre", rankDir: "LR", nodeSep: 12, rankSep: 70, animate: false, fit: false,
-    ...(large ? { ranker: "longest-path", align: "UL" } : {}),
-  };
   let cy = window.triggerer.cy;
   if (cy) {
     cy.batch(() => {
       cy.elements().remove();
       cy.add(elements);
     });
-    cy.layout(layout).run();
+    layOut(cy);
     paintGraph();
   } else {
     // Built, laid out and painted headless, then mounted: the renderer draws once, not at
     // every step (a third of the time at a thousand nodes).
     cy = cytoscape({ headless: true, styleEnabled: true, elements, style: STYLE, wheelSensitivity: 0.3 });
     window.triggerer.cy = cy;
-    cy.layout(layout).run();
+    layOut(cy);
     paintGraph();
     cy.mount($("#graph"));
     cy.on("tap", "node", (event) => openNode(event.target.data()));
@@ -256,6 +249,29 @@ function drawGraph(cytoscape, lineage) {
   requestAnimationFrame(() => requestAnimationFrame(() => {
     window.triggerer.drawnMs ??= performance.now();
   }));
+}
+
+// Left to right in ranks, by dagre. At a thousand nodes its defaults take seconds: there,
+// longest-path ranking (each node as close to what it feeds as it can be) instead of network
+// simplex (shorter edges, columns that read better), one alignment instead of balancing four,
+// and one ordering sweep instead of searching for the order with the fewest crossings.
+function layOut(cy) {
+  const large = cy.elements().length > LARGE_GRAPH;
+  const graph = new dagre.graphlib.Graph({ multigraph: true });
+  graph.setGraph({
+    rankdir: "LR", nodesep: 12, ranksep: 70,
+    ...(large ? { ranker: "longest-path", align: "UL" } : {}),
+  });
+  graph.setDefaultEdgeLabel(() => ({}));
+  cy.nodes().forEach((node) => {
+    graph.setNode(node.id(), { width: node.outerWidth(), height: node.outerHeight() });
+  });
+  cy.edges().forEach((edge) => graph.setEdge(edge.source().id(), edge.target().id(), {}, edge.id()));
+  dagre.layout(graph, { disableOptimalOrderHeuristic: large });
+  cy.nodes().positions((node) => {
+    const { x, y } = graph.node(node.id());
+    return { x, y };
+  });
 }
 
 // cy.fit() from the nodes' positions and sizes: fit() measures every label's text, which
