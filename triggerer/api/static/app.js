@@ -219,6 +219,9 @@ const STYLE = [
     width: 1.5, "curve-style": "bezier", "target-arrow-shape": "triangle",
     "line-color": "#9aa5b8", "target-arrow-color": "#9aa5b8" } },
   { selector: "edge[kind = 'resolves']", style: { "line-style": "dashed" } },
+  // A large graph's edges are drawn as straight lines without arrowheads (left to right is the
+  // direction): a quarter of its first frame otherwise goes to curves and arrows too small to see.
+  { selector: "edge.many", style: { "curve-style": "haystack", "haystack-radius": 0 } },
   { selector: "edge.lit", style: { "line-color": "#c98a00", "target-arrow-color": "#c98a00", width: 3 } },
 ];
 
@@ -230,6 +233,7 @@ function drawGraph(cytoscape, lineage) {
     cy.batch(() => {
       cy.elements().remove();
       cy.add(elements);
+      cy.edges().toggleClass("many", elements.length > LARGE_GRAPH);
     });
     layOut(cy);
     paintGraph();
@@ -237,6 +241,7 @@ function drawGraph(cytoscape, lineage) {
     // Built, laid out and painted headless, then mounted: the renderer draws once, not at
     // every step (a third of the time at a thousand nodes).
     cy = cytoscape({ headless: true, styleEnabled: true, elements, style: STYLE, wheelSensitivity: 0.3 });
+    cy.edges().toggleClass("many", elements.length > LARGE_GRAPH);
     window.triggerer.cy = cy;
     layOut(cy);
     paintGraph();
