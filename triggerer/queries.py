@@ -60,13 +60,19 @@ async def pipelines(
     if paused is not None:
         query = query.where(models.Pipeline.paused.is_(paused))
     rows = (await session.scalars(query.limit(limit).offset(offset))).all()
-    progress = await _progress(session, [row.pipeline_id for row in rows])
-    return [_pipeline_row(row, progress.get(row.pipeline_id)) for row in rows]
+    ids = [row.pipeline_id for row in rows]
+    progress, queued = await _progress(session, ids), await _queued_by_asset(session, ids)
+    return [
+        _pipeline_row(row, progress.get(row.pipeline_id), queued.get(row.pipeline_id, {}))
+        for row in rows
+    ]
 
 
 async def pipeline(session: AsyncSession, pipeline_id: str) -> PipelineRow:
     row = await pipeline_model(session, pipeline_id)
-    return _pipeline_row(row, (await _progress(session, [pipeline_id])).get(pipeline_id))
+    progress = (await _progress(session, [pipeline_id])).get(pipeline_id)
+    queued = (await _queued_by_asset(session, [pipeline_id])).get(pipeline_id, {})
+    return _pipeline_row(row, progress, queued)
 
 
 async def pipeline_model(session: AsyncSession, pipeline_id: str) -> models.Pipeline:
@@ -77,11 +83,14 @@ async def pipeline_model(session: AsyncSession, pipeline_id: str) -> models.Pipe
     return row
 
 
-def _pipeline_row(row: models.Pipeline, progress: str | None) -> PipelineRow:
+def _pipeline_row(
+    row: models.Pipeline, progress: str | None, queued_by_asset: dict[int, int]
+) -> PipelineRow:
     return PipelineRow(
         pipeline_id=row.pipeline_id,
         schedule=row.schedule_text,
         progress=progress,
+        queued_by_asset=queued_by_asset,
         paused=row.paused,
         active=row.is_active,
         partitioned=row.partitioned,
@@ -92,6 +101,24 @@ def _pipeline_row(row: models.Pipeline, progress: str | None) -> PipelineRow:
         error=row.error,
         error_at=row.error_at,
     )
+
+
+async def _queued_by_asset(
+    session: AsyncSession, pipeline_ids: list[str]
+) -> dict[str, dict[int, int]]:
+    """Per pipeline, how many queued events each asset has in its queue."""
+    if not pipeline_ids:
+        return {}
+    queue = models.QueuedEvent
+    rows = await session.execute(
+        select(queue.pipeline_id, queue.asset_id, func.count())
+        .where(queue.pipeline_id.in_(pipeline_ids))
+        .group_by(queue.pipeline_id, queue.asset_id)
+    )
+    queued: dict[str, dict[int, int]] = defaultdict(dict)
+    for pipeline_id, asset_id, count in rows.all():
+        queued[pipeline_id][asset_id] = count
+    return queued
 
 
 async def _progress(session: AsyncSession, pipeline_ids: list[str]) -> dict[str, str]:

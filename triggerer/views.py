@@ -23,6 +23,8 @@ class PipelineRow(View):
     """The schedule as text, e.g. ``orders & customers`` or ``@daily``."""
     progress: str | None
     """How far the asset condition is: ``1 of 2 assets updated``; null without one."""
+    queued_by_asset: dict[int, int]
+    """How many events wait in its queue, by asset id (assets with none left out)."""
     paused: bool
     active: bool
     """False once the pipelines folder no longer defines it (its history is kept)."""

@@ -234,6 +234,20 @@ async def test_queued_events_listed_and_deleted_by_asset_pipeline_and_pair(api: 
     assert (await api.client.delete(path)).json() == {"deleted": 1}  # count_orders' row
 
 
+async def test_pipelines_count_their_queued_events_by_asset(api: Api) -> None:
+    orders = await emit(api, "orders")
+    await emit(api, "orders")
+    customers = await emit(api, "customers")
+    listed = {
+        p["pipeline_id"]: p["queued_by_asset"] for p in (await api.client.get("/pipelines")).json()
+    }
+    assert listed["matched"] == {str(orders["asset_id"]): 2, str(customers["asset_id"]): 1}
+    assert listed["count_orders"] == {str(orders["asset_id"]): 2}
+    assert listed["nightly"] == {}
+    one = (await api.client.get("/pipelines/matched")).json()
+    assert one["queued_by_asset"] == listed["matched"]
+
+
 async def test_pause_stops_queueing_and_unpause_wakes_the_scheduler(api: Api) -> None:
     paused = await api.client.patch("/pipelines/count_orders", json={"paused": True})
     assert (paused.status_code, paused.json()["paused"]) == (200, True)

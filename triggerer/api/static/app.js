@@ -29,7 +29,6 @@ const state = {
   pipelines: new Map(), // pipeline id -> PipelineRow
   runs: new Map(), // pipeline id -> its runs, newest first
   lastEvent: new Map(), // asset id -> newest EventRow
-  queued: new Map(), // pipeline id -> QueuedEventRow[]
   groups: new Map(), // node id -> group
   eventsOffset: 0,
   busy: false,
@@ -323,11 +322,10 @@ function paintGraph() {
   if (!cy) return;
   const queuedFor = new Map(); // "pipeline|asset id" -> count
   const queuedOf = new Map(); // asset id -> count over pipelines
-  for (const rows of state.queued.values()) {
-    for (const row of rows) {
-      const key = `${row.pipeline_id}|${row.asset_id}`;
-      queuedFor.set(key, (queuedFor.get(key) || 0) + 1);
-      queuedOf.set(row.asset_id, (queuedOf.get(row.asset_id) || 0) + 1);
+  for (const pipeline of state.pipelines.values()) {
+    for (const [assetId, count] of Object.entries(pipeline.queued_by_asset)) {
+      queuedFor.set(`${pipeline.pipeline_id}|${assetId}`, count);
+      queuedOf.set(Number(assetId), (queuedOf.get(Number(assetId)) || 0) + count);
     }
   }
   cy.batch(() => {
@@ -419,12 +417,6 @@ async function refresh() {
     }
     state.lastEvent = new Map();
     for (const event of events) if (!state.lastEvent.has(event.asset_id)) state.lastEvent.set(event.asset_id, event);
-    // Only pipelines whose condition has an updated asset have a queue worth reading.
-    const waiting = pipelines.filter((p) => p.progress && !p.progress.startsWith("0 of"));
-    const queues = await Promise.all(
-      waiting.map((p) => api(`/pipelines/${encodeURIComponent(p.pipeline_id)}/assets/queuedEvents?limit=${PAGE}`)),
-    );
-    state.queued = new Map(waiting.map((p, i) => [p.pipeline_id, queues[i]]));
     const structure = JSON.stringify([lineage.nodes.map((n) => n.id), lineage.edges]);
     if (structure !== state.structure) {
       const assets = await (assetsRead ?? all("/assets"));
