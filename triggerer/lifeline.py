@@ -1,10 +1,11 @@
 """Processes that die with the daemon, even when it is killed with SIGKILL (Linux).
 
-The launcher starts every run as ``python -I lifeline.py DAEMON_PID PROGRAM [ARG...]``: the
-process asks the kernel for SIGKILL when its parent ends (``PR_SET_PDEATHSIG``), then execs
-PROGRAM. The request holds across exec (not across a setuid program), so the runner, or the
-spark-submit script and the JVM it execs in turn, go when the daemon goes. The JVM's own
-children (the runner of a ``submit`` run) ask the same of the JVM with :func:`die_with_parent`.
+The daemon starts every run (and local mode's Spark Connect server) as ``python -I lifeline.py
+DAEMON_PID PROGRAM [ARG...]`` (:func:`tied`): the process asks the kernel for SIGKILL when its
+parent ends (``PR_SET_PDEATHSIG``), then execs PROGRAM. The request holds across exec (not
+across a setuid program), so the runner, or the spark-submit script and the JVM it execs in
+turn, go when the daemon goes. The JVM's own children (the runner of a ``submit`` run) ask the
+same of the JVM with :func:`die_with_parent`.
 
 Only the standard library is used here: the file runs isolated from the daemon's packages.
 """
@@ -35,6 +36,11 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if parent_pid is not None and os.getppid() != parent_pid:
         sys.exit(EXIT_PARENT_GONE)
+
+
+def tied(command: Sequence[str]) -> list[str]:
+    """The argv that runs ``command`` through this file, tied to the calling process."""
+    return [sys.executable, "-I", __file__, str(os.getpid()), *command]
 
 
 def main(argv: Sequence[str]) -> int:

@@ -300,6 +300,15 @@ class DaemonProcess:
         return f"\n--- {self.log_path} ---\n" + "\n".join(text)
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 async def triggerer_cli(env: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[bytes]:
     """Run ``triggerer ARGUMENTS`` as a process; its ``CompletedProcess``."""
     return await anyio.run_process([str(TRIGGERER_BIN), *arguments], env=env, check=False)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.e2e.daemon import (
     DaemonProcess,
+    alive,
     daemon_env,
     events_of,
     query,
@@ -68,14 +69,6 @@ async def ended(url: str, count: int) -> dict[str, list[str]]:
     for run in done:
         by_pipeline.setdefault(run.pipeline_id, []).append(run.state)
     return by_pipeline
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_runs_use_the_daemons_warm_connect_server_which_is_restarted_and_stopped(

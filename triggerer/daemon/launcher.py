@@ -416,7 +416,7 @@ def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home:
         run = [submit, "--master", spark.master, *confs, runner.__file__, *arguments]
     else:
         run = [sys.executable, "-m", "triggerer.runner", *arguments]
-    return [sys.executable, "-I", lifeline.__file__, str(os.getpid()), *run]
+    return lifeline.tied(run)
 
 
 def retry_at(try_number: int, delay_s: float) -> datetime:

@@ -7,7 +7,6 @@ one starts warming up. A spare that died meanwhile is replaced by a cold start, 
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -59,7 +58,7 @@ class SpareRunner:
             output = stack.enter_context(log_path.open("ab")) if log_path else subprocess.DEVNULL
             # A process group of its own, tied to the daemon like any run (triggerer.lifeline).
             return await anyio.open_process(
-                [sys.executable, "-I", lifeline.__file__, str(os.getpid()), *command],
+                lifeline.tied(command),
                 stdin=subprocess.PIPE,
                 stdout=output,
                 stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL,

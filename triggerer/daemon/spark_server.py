@@ -18,7 +18,6 @@ import os
 import secrets
 import socket
 import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import anyio
@@ -132,15 +131,15 @@ class LocalSparkServer:
 
     def _command(self, port: int) -> list[str]:
         confs = {
+            "spark.ui.enabled": "false",  # unless [spark] conf turns it on
             **self._settings.conf,
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(port),
-            "spark.ui.enabled": self._settings.conf.get("spark.ui.enabled", "false"),
         }
         submit = os.path.join(spark_home(), "bin", "spark-submit")
         command = [submit, "--class", SERVER_CLASS, "--master", self._settings.master]
         command += [f"--conf={key}={value}" for key, value in confs.items()]
-        return [sys.executable, "-I", lifeline.__file__, str(os.getpid()), *command]
+        return lifeline.tied(command)
 
 
 def _free_port() -> int:

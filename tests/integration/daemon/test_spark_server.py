@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.e2e.daemon import alive
 from triggerer.config import SparkSettings
 from triggerer.daemon import spark_server
 from triggerer.daemon.spark_server import LocalSparkServer
@@ -24,14 +25,6 @@ server.bind(("127.0.0.1", int(sys.argv[1])))
 server.listen()
 time.sleep(3600)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
