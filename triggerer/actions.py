@@ -79,7 +79,7 @@ def _found(
         return want
     if isinstance(want, int):
         if want not in uri_of:
-            return NotFound(f"asset {want} does not exist (see 'assets list')")
+            return queries.missing_asset(want)
         return want, uri_of[want]
     ids = ids_of.get(want, [])
     if not ids:

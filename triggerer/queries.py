@@ -180,7 +180,7 @@ async def assets(
 async def asset(session: AsyncSession, asset_id: int) -> AssetRow:
     row = await session.get(models.Asset, asset_id)
     if row is None:
-        raise NotFound(f"asset {asset_id} does not exist (see 'assets list')")
+        raise missing_asset(asset_id)
     [found] = await _asset_rows(session, [row])
     return found
 
@@ -262,10 +262,15 @@ async def aliases(session: AsyncSession, *, limit: int = 100, offset: int = 0) -
     ]
 
 
+def missing_asset(asset_id: int) -> NotFound:
+    """What naming an asset id that does not exist raises."""
+    return NotFound(f"asset {asset_id} does not exist (see 'assets list')")
+
+
 async def require_asset(session: AsyncSession, asset_id: int) -> None:
     """:class:`NotFound` unless the asset ``asset_id`` exists."""
     if await session.get(models.Asset, asset_id) is None:
-        raise NotFound(f"asset {asset_id} does not exist (see 'assets list')")
+        raise missing_asset(asset_id)
 
 
 # -- Watchers --------------------------------------------------------------------------------
@@ -352,7 +357,7 @@ async def events(
     return [_event_row(e, uri, run_id) for e, uri, run_id in rows.all()]
 
 
-async def event_row(session: AsyncSession, event_id: int) -> EventRow:
+async def _event_by_id(session: AsyncSession, event_id: int) -> EventRow:
     """One event, or :class:`NotFound`."""
     found = (await session.execute(_EVENTS.where(models.AssetEvent.id == event_id))).one_or_none()
     if found is None:
@@ -363,7 +368,7 @@ async def event_row(session: AsyncSession, event_id: int) -> EventRow:
 async def event(session: AsyncSession, event_id: int) -> EventDetail:
     """One event with the run that produced it, the runs that consumed it, and the pipelines
     it is still queued for."""
-    row = await event_row(session, event_id)
+    row = await _event_by_id(session, event_id)
     produced_by = None
     if row.source_run_id is not None:
         producer = await run_model(session, row.source_run_id)
