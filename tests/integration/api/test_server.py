@@ -116,3 +116,30 @@ async def test_a_store_that_does_not_answer_is_503(api: Api) -> None:
     assert response.status_code == 503
     assert response.json()["detail"].startswith("the store does not answer")
     assert "pw" not in response.text
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_events_posted_while_the_store_does_not_answer_are_each_503(api: Api) -> None:
+    engine = create_engine("postgresql://triggerer:pw@127.0.0.1:1/x")
+    calls = Calls()
+    answers: list[httpx.Response] = []
+    try:
+        context = make_context(api.context.settings, session_factory(engine), api.registry, calls)
+        transport = httpx.ASGITransport(app=create_app(context))
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+
+            async def post(n: int) -> None:
+                body = {"uri": "orders", "extra": {"n": n}}
+                answers.append(
+                    await client.post("/api/v1/assets/events", json=body, headers=headers)
+                )
+
+            async with anyio.create_task_group() as clients:
+                for n in range(5):
+                    clients.start_soon(post, n)
+    finally:
+        await engine.dispose()
+    assert [answer.status_code for answer in answers] == [503] * 5
+    assert all("the store does not answer" in answer.json()["detail"] for answer in answers)
+    assert calls.recorded == []  # nothing committed, so nothing told to the scheduler
