@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import random
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -15,19 +14,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import (
-    CommitFailedError,
-    IllegalStateError,
-    KafkaConnectionError,
-    KafkaError,
-)
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import OffsetAndMetadata
 
 from triggerer.connections import get_connection
 from triggerer.triggers import BaseEventTrigger, TriggerEvent
+from watchers import kafka_fetcher
 from watchers.filters import PayloadFilter, lookup
+from watchers.kafka_client import Backoff, Listener, connect, poll, raise_unless_transient
 from watchers.payloads import decode_body, import_callable
 
 if TYPE_CHECKING:
@@ -52,9 +47,6 @@ SSL_KEYS = frozenset({"ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password
 _VALID_CONNECTION_KEYS = ", ".join(sorted(CONNECTION_KEYS | SSL_KEYS))
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 
-_POLL_TIMEOUT_MS = 1000
-_BACKOFF_MIN_S = 0.1
-_BACKOFF_MAX_S = 5.0
 _CLOSE_TIMEOUT_S = 10.0
 _ERROR_HEADER_MAX_BYTES = 1000
 
@@ -73,12 +65,16 @@ class KafkaTrigger(BaseEventTrigger):
     the reason in its headers. Offsets are committed per partition up to the highest offset
     below which every message is acknowledged. ``connection`` names the SASL/TLS settings.
 
-    Without ``group_id`` the daemon gives each watcher a consumer group of its own, named after
-    the watcher (:func:`watcher_group_id`), so watchers of one topic with different options
-    each see every message, and editing a watcher's options keeps its offsets. Assets watching
-    one identical trigger share its instance and the group of the first of their watchers
-    (the asset registered first, then the watcher name). Run on its own, the trigger uses
-    ``triggerer-<topics>``. An explicit ``group_id`` always wins.
+    In the daemon, watchers without a ``group_id`` read through one shared consumer per
+    cluster and consumer settings (:mod:`watchers.kafka_fetcher`): each topic is fetched once
+    and every message handed to each watcher reading it, so watchers of one topic with
+    different options each see every message, and idle watchers cost no polling of their own.
+    Each such watcher keeps its place in the shared consumer group under a name of its own
+    (:func:`watcher_group_id`, set by :meth:`for_watcher` with ``shared_fetch``), so editing
+    its options keeps its place. Assets watching one identical trigger share its instance and
+    the name of the first of their watchers (the asset registered first, then the watcher
+    name). Run on its own, the trigger is a member of ``group_id``, by default
+    ``triggerer-<topics>``. A watcher with an explicit ``group_id`` has a consumer of its own.
     """
 
     bootstrap_servers: str
@@ -100,6 +96,9 @@ class KafkaTrigger(BaseEventTrigger):
     #: How long the broker may hold a fetch that has no data yet (Kafka answers as soon as data
     #: arrives; a broker that does not, like the tansu test broker, adds up to this latency).
     fetch_max_wait_ms: int = 500
+    #: Read through the daemon's shared consumer (when it runs in the daemon), ``group_id``
+    #: naming this watcher's place there; set by :meth:`for_watcher`.
+    shared_fetch: bool = False
 
     #: Counters for the daemon's ``/watchers``: messages received, events yielded, messages
     #: filtered, sent to the dead-letter topic, and acknowledgements that took effect.
@@ -120,6 +119,7 @@ class KafkaTrigger(BaseEventTrigger):
     _room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
     _lag: int | None = dataclasses.field(default=None, init=False)
     _partition_lag: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict, init=False)
+    _reader: kafka_fetcher.Reader | None = dataclasses.field(default=None, init=False)
 
     shareable = True
 
@@ -153,14 +153,19 @@ class KafkaTrigger(BaseEventTrigger):
         return self.group_id or "triggerer-" + ",".join(sorted(self.topics))
 
     def for_watcher(self, asset: Asset, watcher_name: str) -> KafkaTrigger:
-        """This trigger with the watcher's own consumer group, unless ``group_id`` is set."""
+        """This trigger reading through the daemon's shared consumer, its place named after the
+        watcher, unless ``group_id`` is set."""
         if self.group_id is not None:
             return self
-        return dataclasses.replace(self, group_id=watcher_group_id(asset, watcher_name))
+        return dataclasses.replace(
+            self, group_id=watcher_group_id(asset, watcher_name), shared_fetch=True
+        )
 
     def exclusive_sources(self) -> tuple[str, ...]:
         """Each topic within the consumer group: two different triggers reading one topic in one
-        group split its partitions."""
+        group split its partitions. None with the shared fetch, where each sees every message."""
+        if self.shared_fetch:
+            return ()
         return tuple(
             f"Kafka topic {topic!r} in consumer group {self.consumer_group!r} "
             f"at {self.bootstrap_servers}"
@@ -170,19 +175,50 @@ class KafkaTrigger(BaseEventTrigger):
     @property
     def assignment(self) -> list[str]:
         """The partitions this member owns now, as ``topic/partition``."""
+        if self._reader is not None:
+            return _names(set(self._reader.cursors))
         return _names(set(self._partitions))
 
     @property
     def lag(self) -> int | None:
         """Messages of the assigned partitions not yet done, as of the last poll; ``None`` while
         unknown (no partition assigned or fetched yet)."""
+        if self._reader is not None:
+            by_partition = self._reader.lag_by_partition
+            return sum(by_partition.values()) if by_partition else None
         return self._lag
 
     @property
     def lag_by_partition(self) -> dict[tuple[str, int], int]:
         """The lag of each assigned ``(topic, partition)`` as of the last poll (the parts of
         :attr:`lag`); empty while unknown."""
+        if self._reader is not None:
+            return self._reader.lag_by_partition
         return dict(self._partition_lag)
+
+    def consumer_settings(self) -> dict[str, Any]:
+        """The options of this trigger's consumer (aiokafka's), but its group and topics."""
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "auto_offset_reset": self.auto_offset_reset,
+            "session_timeout_ms": self.session_timeout_ms,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "fetch_max_wait_ms": self.fetch_max_wait_ms,
+            **self._security_options(),
+        }
+
+    def fetch_key(self) -> str:
+        """What a consumer shared with other triggers must have in common with them."""
+        options = (
+            "bootstrap_servers",
+            "connection",
+            "auto_offset_reset",
+            "session_timeout_ms",
+            "heartbeat_interval_ms",
+            "fetch_max_wait_ms",
+            "commit_interval_ms",
+        )
+        return json.dumps({name: getattr(self, name) for name in options}, sort_keys=True)
 
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's consumer, when the daemon restarts this trigger
@@ -190,6 +226,12 @@ class KafkaTrigger(BaseEventTrigger):
         if self.apply_function is not None:
             apply = import_callable(self.apply_function, option="apply_function")
         payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        fetchers = kafka_fetcher.current()
+        if self.shared_fetch and fetchers is not None:
+            self._reader = await fetchers.join(self)
+            async for shared in self._run_shared(self._reader, apply, payload_filter):
+                yield shared
+            return
         consumer = await self._connect()
         self._commit_task = asyncio.create_task(self._commit_loop(), name="kafka-commit")
         while True:
@@ -206,30 +248,38 @@ class KafkaTrigger(BaseEventTrigger):
                     # committed offset. (aiokafka calls the assign listener before it can fetch.)
                     if partition is None or partition.revoked:
                         break
-                    self.messages += 1
                     partition.fetched(record.offset)
                     ack = _Ack(self, partition, record.offset)
-                    try:
-                        event = self._process(record, ack, apply, payload_filter)
-                    # Processing runs user code (apply_function) that may raise anything: the
-                    # message goes to the dead-letter topic and the watcher carries on.
-                    except Exception as error:  # noqa: BLE001
-                        await self._dead_letter(record, error)
-                        partition.done(record.offset)
-                        continue
+                    event = await self._handle(record, ack, apply, payload_filter)
                     if event is None:
-                        self.filtered += 1
                         partition.done(record.offset)
                         continue
-                    self.events += 1
                     partition.unacked += 1
                     self._in_flight += 1
                     if self._in_flight >= self.max_in_flight:
                         self._room.clear()
                     yield event
 
+    async def _run_shared(
+        self,
+        reader: kafka_fetcher.Reader,
+        apply: Callable[..., Any] | None,
+        payload_filter: PayloadFilter | None,
+    ) -> AsyncGenerator[TriggerEvent, None]:
+        while True:
+            record, cursor = await reader.next()
+            ack = _SharedAck(self, cursor, record.offset)
+            event = await self._handle(record, ack, apply, payload_filter)
+            if event is None:
+                reader.done(cursor, record.offset)
+            else:
+                yield event
+
     async def cleanup(self) -> None:
         """Commit what is acknowledged, then stop the consumer and producer; idempotent."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await reader.fetcher.leave(reader)
         commit_task, self._commit_task = self._commit_task, None
         if commit_task is not None:
             commit_task.cancel()
@@ -260,10 +310,32 @@ class KafkaTrigger(BaseEventTrigger):
 
     # -- handling one message
 
+    async def _handle(
+        self,
+        record: ConsumerRecord[bytes, bytes],
+        ack: _Ack | _SharedAck,
+        apply: Callable[..., Any] | None,
+        payload_filter: PayloadFilter | None,
+    ) -> TriggerEvent | None:
+        """The event of ``record``; ``None`` once it is filtered or dead-lettered."""
+        self.messages += 1
+        try:
+            event = self._process(record, ack, apply, payload_filter)
+        # Processing runs user code (apply_function) that may raise anything: the message goes
+        # to the dead-letter topic and the watcher carries on.
+        except Exception as error:  # noqa: BLE001
+            await self._dead_letter(record, error)
+            return None
+        if event is None:
+            self.filtered += 1
+            return None
+        self.events += 1
+        return event
+
     def _process(
         self,
         record: ConsumerRecord[bytes, bytes],
-        ack: _Ack,
+        ack: _Ack | _SharedAck,
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
     ) -> TriggerEvent | None:
@@ -278,7 +350,7 @@ class KafkaTrigger(BaseEventTrigger):
     def _event(
         self,
         record: ConsumerRecord[bytes, bytes],
-        ack: _Ack,
+        ack: _Ack | _SharedAck,
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
     ) -> TriggerEvent | None:
@@ -324,13 +396,13 @@ class KafkaTrigger(BaseEventTrigger):
             dead_letter_topic=topic,
             error=reason.decode(errors="replace"),
         )
-        backoff = _Backoff()
+        backoff = Backoff()
         while True:
             try:
                 producer = await self._dead_letter_producer()
                 await producer.send_and_wait(topic, record.value, record.key, headers=headers)
             except KafkaError as exc:
-                _raise_unless_transient(exc)
+                raise_unless_transient(exc)
                 log.warning("kafka_dead_letter_retry", dead_letter_topic=topic, error=str(exc))
                 await backoff.wait()
             else:
@@ -373,7 +445,7 @@ class KafkaTrigger(BaseEventTrigger):
                 # The group is rebalancing: the revoke listener commits what is acknowledged.
                 log.info("kafka_commit_skipped", group_id=self.consumer_group, error=str(error))
             except KafkaError as error:
-                _raise_unless_transient(error)
+                raise_unless_transient(error)
                 log.warning("kafka_commit_failed", group_id=self.consumer_group, error=str(error))
 
     async def _commit(self, consumer: AIOKafkaConsumer, partitions: Iterable[_Partition]) -> None:
@@ -447,49 +519,19 @@ class KafkaTrigger(BaseEventTrigger):
     # -- connecting and polling
 
     async def _connect(self) -> AIOKafkaConsumer:
-        backoff = _Backoff()
-        while True:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap_servers,
-                group_id=self.consumer_group,
-                auto_offset_reset=self.auto_offset_reset,
-                enable_auto_commit=False,
-                session_timeout_ms=self.session_timeout_ms,
-                heartbeat_interval_ms=self.heartbeat_interval_ms,
-                fetch_max_wait_ms=self.fetch_max_wait_ms,
-                **self._security_options(),
-            )
-            consumer.subscribe(self.topics, listener=_Listener(self))
-            try:
-                await consumer.start()
-            except KafkaConnectionError as error:
-                await consumer.stop()
-                log.warning(
-                    "kafka_connect_failed", servers=self.bootstrap_servers, error=str(error)
-                )
-                await backoff.wait()
-            except BaseException:
-                await consumer.stop()
-                raise
-            else:
-                self._consumer = consumer
-                log.info("kafka_consumer_started", group_id=self.consumer_group, topics=self.topics)
-                return consumer
+        listener = Listener(revoked=self._on_revoked, assigned=self._on_assigned)
+        self._consumer = await connect(
+            self.consumer_settings(),
+            group_id=self.consumer_group,
+            topics=self.topics,
+            listener=listener,
+        )
+        return self._consumer
 
     async def _poll(
         self, consumer: AIOKafkaConsumer, *, max_records: int
     ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
-        backoff = _Backoff()
-        while True:
-            try:
-                batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
-                batch = await consumer.getmany(timeout_ms=_POLL_TIMEOUT_MS, max_records=max_records)
-            except KafkaError as error:
-                _raise_unless_transient(error)
-                log.warning("kafka_poll_failed", group_id=self.consumer_group, error=str(error))
-                await backoff.wait()
-            else:
-                return batch
+        return await poll(consumer, self.consumer_group, max_records=max_records)
 
     def _security_options(self) -> dict[str, Any]:
         if self.connection is None:
@@ -541,6 +583,25 @@ class _Partition:
             self.position = offset + 1
 
 
+class _SharedAck:
+    """The ``ack`` of one event read through the shared fetcher: marks its offset done, once."""
+
+    __slots__ = ("_acked", "_cursor", "_offset", "_trigger")
+
+    def __init__(self, trigger: KafkaTrigger, cursor: kafka_fetcher.Cursor, offset: int) -> None:
+        self._trigger = trigger
+        self._cursor = cursor
+        self._offset = offset
+        self._acked = False
+
+    async def __call__(self) -> None:
+        if not self._acked:
+            self._acked = True
+            if not self._cursor.gone:
+                self._trigger.acked += 1
+            self._cursor.reader.done(self._cursor, self._offset)
+
+
 class _Ack:
     """The ``ack`` of one event: marks its offset done, once."""
 
@@ -558,28 +619,6 @@ class _Ack:
             self._trigger._ack(self._partition, self._offset)
 
 
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, trigger: KafkaTrigger) -> None:
-        self._trigger = trigger
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self._trigger._on_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._trigger._on_assigned(assigned)
-
-
-class _Backoff:
-    """Jittered exponential waits between retries of a transient broker error."""
-
-    def __init__(self) -> None:
-        self._delay_s = _BACKOFF_MIN_S
-
-    async def wait(self) -> None:
-        await asyncio.sleep(self._delay_s * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
-        self._delay_s = min(self._delay_s * 2, _BACKOFF_MAX_S)
-
-
 def watcher_group_id(asset: Asset, watcher_name: str) -> str:
     """The default consumer group of a watcher: ``triggerer-<watcher name>-<digest>``.
 
@@ -589,11 +628,6 @@ def watcher_group_id(asset: Asset, watcher_name: str) -> str:
     """
     identity = json.dumps([asset.name, asset.uri, watcher_name]).encode()
     return f"triggerer-{watcher_name}-{hashlib.sha256(identity).hexdigest()[:12]}"
-
-
-def _raise_unless_transient(error: KafkaError) -> None:
-    if not (error.retriable or isinstance(error, KafkaConnectionError)):
-        raise error
 
 
 def _names(tps: set[TopicPartition]) -> list[str]:

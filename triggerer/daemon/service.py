@@ -8,6 +8,7 @@ grace period, and returns; a second signal exits at once.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import signal
 import socket
@@ -20,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-from sqlalchemy import delete, func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import delete, func, make_url, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer import metrics
 from triggerer.daemon.backoff import keep_running, until_stored
@@ -41,6 +42,8 @@ from triggerer.store.engine import async_url
 from triggerer.store.failures import STORE_ERRORS
 from triggerer.store.models import RunState
 from triggerer.store.types import utcnow
+from watchers import kafka_fetcher
+from watchers.kafka import KafkaTrigger
 
 if TYPE_CHECKING:
     from triggerer.api.server import ApiServer
@@ -105,6 +108,9 @@ class Service:
             drain_timeout_s=settings.daemon.shutdown_grace_s,
         )
 
+        # Kafka watchers read through consumers shared per cluster, in groups of this deployment.
+        self.kafka = kafka_fetcher.Fetchers(kafka_group_prefix(settings.database.url))
+
         # Watcher states as last written, so a heartbeat writes only what changed.
         self._reported: dict[int, WatcherStatus] = {}
 
@@ -142,6 +148,13 @@ class Service:
             self.registry = await sync_definitions(session, loaded, changes)
         self.definitions_changed(changes)
         self.supervisor.update(task_group, self.registry.triggers)
+        self.kafka.keep(
+            {
+                watched.trigger.consumer_group
+                for watched in self.registry.triggers.values()
+                if isinstance(watched.trigger, KafkaTrigger) and watched.trigger.shared_fetch
+            }
+        )
         self.scheduler.wake()
         log.info(
             "pipelines_loaded",
@@ -248,53 +261,8 @@ async def serve(
         await until_stored(service.recover, during="recover")
         # Bound before anything runs: a port in use stops the start with one clear error.
         api = _api_server(service) if settings.api.enabled else None
-        async with anyio.create_task_group() as task_group:
-            task_group.start_soon(watch_event_loop)
-            task_group.start_soon(service.notifier.run)
-            if service.spark_server is not None:
-                task_group.start_soon(service.spark_server.run)
-            await until_stored(lambda: service.reload(task_group), during="reload")
-            await until_stored(service.heartbeat, during="heartbeat")
-            if api is not None:
-                task_group.start_soon(api.run)
-            ingest_done = anyio.Event()
-            task_group.start_soon(_until_done, service.ingest.run(service._receive), ingest_done)
-            task_group.start_soon(partial(keep_running, service.scheduler.run, during="schedule"))
-            runs = anyio.create_task_group()
-            async with runs:
-                runs.start_soon(
-                    partial(keep_running, partial(service.launcher.run, runs), during="launch")
-                )
-                async with anyio.create_task_group() as background:
-                    background.start_soon(
-                        partial(
-                            keep_running,
-                            partial(
-                                _every, settings.daemon.heartbeat_interval_s, service.heartbeat
-                            ),
-                            during="heartbeat",
-                        )
-                    )
-                    background.start_soon(_watch_folder, service, task_group)
-                    background.start_soon(listen, engine, service.on_notice)
-                    task_status.started()
-                    await (shutdown_trigger or _signalled)()
-                    log.info("shutdown_started")
-                    if api is not None:
-                        api.stop()
-                    background.cancel_scope.cancel()
-                service.supervisor.stop()
-                service.launcher.stop_accepting()
-                with anyio.move_on_after(settings.daemon.shutdown_grace_s):
-                    await ingest_done.wait()
-                service.supervisor.drained()
-                with anyio.move_on_after(settings.daemon.shutdown_grace_s):
-                    await service.launcher.wait_idle()
-                service.launcher.interrupt()
-                await service.launcher.wait_idle()
-                with anyio.move_on_after(settings.daemon.shutdown_grace_s):
-                    await service.notifier.drained()
-                task_group.cancel_scope.cancel()
+        with kafka_fetcher.sharing(service.kafka):
+            await _run(service, api, engine, shutdown_trigger, task_status)
         try:
             await service.leave()
         except STORE_ERRORS as error:
@@ -303,6 +271,68 @@ async def serve(
     finally:
         await engine.dispose()
     log.info("shutdown_complete")
+
+
+async def _run(
+    service: Service,
+    api: ApiServer | None,
+    engine: AsyncEngine,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None,
+    task_status: anyio.abc.TaskStatus[None],
+) -> None:
+    settings = service.settings
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(watch_event_loop)
+        task_group.start_soon(service.notifier.run)
+        if service.spark_server is not None:
+            task_group.start_soon(service.spark_server.run)
+        await until_stored(lambda: service.reload(task_group), during="reload")
+        await until_stored(service.heartbeat, during="heartbeat")
+        if api is not None:
+            task_group.start_soon(api.run)
+        ingest_done = anyio.Event()
+        task_group.start_soon(_until_done, service.ingest.run(service._receive), ingest_done)
+        task_group.start_soon(partial(keep_running, service.scheduler.run, during="schedule"))
+        runs = anyio.create_task_group()
+        async with runs:
+            runs.start_soon(
+                partial(keep_running, partial(service.launcher.run, runs), during="launch")
+            )
+            async with anyio.create_task_group() as background:
+                background.start_soon(
+                    partial(
+                        keep_running,
+                        partial(_every, settings.daemon.heartbeat_interval_s, service.heartbeat),
+                        during="heartbeat",
+                    )
+                )
+                background.start_soon(_watch_folder, service, task_group)
+                background.start_soon(listen, engine, service.on_notice)
+                task_status.started()
+                await (shutdown_trigger or _signalled)()
+                log.info("shutdown_started")
+                if api is not None:
+                    api.stop()
+                background.cancel_scope.cancel()
+            service.supervisor.stop()
+            service.launcher.stop_accepting()
+            with anyio.move_on_after(settings.daemon.shutdown_grace_s):
+                await ingest_done.wait()
+            service.supervisor.drained()
+            with anyio.move_on_after(settings.daemon.shutdown_grace_s):
+                await service.launcher.wait_idle()
+            service.launcher.interrupt()
+            await service.launcher.wait_idle()
+            with anyio.move_on_after(settings.daemon.shutdown_grace_s):
+                await service.notifier.drained()
+            task_group.cancel_scope.cancel()
+
+
+def kafka_group_prefix(database_url: str) -> str:
+    """The start of this deployment's shared Kafka consumer groups: instances that share a
+    metadata database share their groups (and split partitions); other deployments do not."""
+    shown = make_url(database_url).render_as_string(hide_password=True)
+    return f"triggerer-shared-{hashlib.sha256(shown.encode()).hexdigest()[:12]}"
 
 
 def _api_server(service: Service) -> ApiServer:

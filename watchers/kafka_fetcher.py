@@ -1,0 +1,462 @@
+"""One Kafka consumer and fetch loop shared by the daemon's KafkaTriggers of one cluster.
+
+Each topic is fetched once and every message is handed to each trigger reading it (fan-out). The
+shared consumer is a member of one consumer group, so daemon instances still split partitions
+as competing consumers, and standard lag tools see that group. A partition's offset is
+committed only up to where every trigger reading it has acknowledged its events.
+
+A trigger that stops (it failed and is restarted, or its options were edited) leaves its place
+behind, keyed by its own ``group_id``: the commit waits for it, and the trigger that takes the
+place up resumes there. :meth:`Fetchers.keep` forgets the places of watchers that are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import hashlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from watchers.kafka_client import Listener, Record, connect, poll, raise_unless_transient
+
+if TYPE_CHECKING:
+    from watchers.kafka import KafkaTrigger
+
+log = structlog.get_logger(__name__)
+
+#: Most messages taken from the consumer at a time.
+_MAX_RECORDS = 5000
+_CLOSE_TIMEOUT_S = 10.0
+_FETCHERS: contextvars.ContextVar[Fetchers | None] = contextvars.ContextVar(
+    "kafka_fetchers", default=None
+)
+
+
+@contextlib.contextmanager
+def sharing(fetchers: Fetchers) -> Iterator[None]:
+    """Within this context (and the tasks started in it), KafkaTriggers made by the daemon for a
+    watcher (``shared_fetch``) read through ``fetchers``."""
+    token = _FETCHERS.set(fetchers)
+    try:
+        yield
+    finally:
+        _FETCHERS.reset(token)
+
+
+def current() -> Fetchers | None:
+    """The shared fetchers in effect, ``None`` outside :func:`sharing`."""
+    return _FETCHERS.get()
+
+
+class Fetchers:
+    """The shared fetchers of one daemon, one per cluster and consumer settings, each in a
+    consumer group named ``<group_prefix>-<digest of those settings>``: instances of one
+    deployment must use one prefix, and other deployments another."""
+
+    def __init__(self, group_prefix: str) -> None:
+        self._group_prefix = group_prefix
+        self._fetchers: dict[str, SharedFetcher] = {}
+        self._places: set[str] | None = None
+
+    def __iter__(self) -> Iterator[SharedFetcher]:
+        return iter(list(self._fetchers.values()))
+
+    async def join(self, trigger: KafkaTrigger) -> Reader:
+        """Start reading ``trigger.topics`` for ``trigger``, where its place was left if any."""
+        key = trigger.fetch_key()
+        fetcher = self._fetchers.get(key)
+        if fetcher is None or fetcher.failed:
+            digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+            fetcher = SharedFetcher(
+                trigger.consumer_settings(),
+                group_id=f"{self._group_prefix}-{digest}",
+                commit_interval_s=trigger.commit_interval_ms / 1000,
+                keeps=self.keeps,
+            )
+            self._fetchers[key] = fetcher
+        return await fetcher.join(trigger)
+
+    def keep(self, places: set[str]) -> None:
+        """Keep only the places of these watchers (by ``group_id``): a watcher not among them
+        is gone, and the commits stop waiting for it."""
+        self._places = places
+        for fetcher in self._fetchers.values():
+            fetcher.forget_places(self.keeps)
+
+    def keeps(self, place: str) -> bool:
+        return self._places is None or place in self._places
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class Cursor:
+    """One reader's progress on one partition in one assignment."""
+
+    reader: Reader
+    tp: TopicPartition
+    #: The next offset to hand the reader; ``None`` until the partition's first message.
+    next: int | None
+    #: Offsets handed over and not yet done, oldest first.
+    pending: deque[int] = dataclasses.field(default_factory=deque)
+    done_early: set[int] = dataclasses.field(default_factory=set)
+    gone: bool = False
+
+    @property
+    def safe(self) -> int | None:
+        """Every offset of the partition below this one is done for the reader."""
+        return self.pending[0] if self.pending else self.next
+
+    def done(self, offset: int) -> None:
+        pending = self.pending
+        if not pending or pending[0] != offset:
+            self.done_early.add(offset)
+            return
+        pending.popleft()
+        while pending and pending[0] in self.done_early:
+            self.done_early.remove(pending.popleft())
+
+
+class Reader:
+    """A trigger's end of a shared fetcher: the messages handed to it, oldest first."""
+
+    def __init__(self, fetcher: SharedFetcher, trigger: KafkaTrigger) -> None:
+        self.fetcher = fetcher
+        self.trigger = trigger
+        self.place = trigger.consumer_group
+        self.topics = frozenset(trigger.topics)
+        self.cursors: dict[TopicPartition, Cursor] = {}
+        self.messages: deque[tuple[Record, Cursor]] = deque()
+        self.in_flight = 0  # handed over and not yet done
+        self.arrived = asyncio.Event()
+
+    @property
+    def full(self) -> bool:
+        return self.in_flight >= self.trigger.max_in_flight
+
+    async def next(self) -> tuple[Record, Cursor]:
+        """The next message and its cursor; raises what stopped the fetcher."""
+        while not self.messages:
+            self.fetcher.raise_failure()
+            self.arrived.clear()
+            await self.arrived.wait()
+        return self.messages.popleft()
+
+    def hand(self, record: Record, cursor: Cursor) -> None:
+        cursor.next = record.offset + 1
+        cursor.pending.append(record.offset)
+        self.in_flight += 1
+        self.messages.append((record, cursor))
+        self.arrived.set()
+
+    def done(self, cursor: Cursor, offset: int) -> None:
+        """The message at ``offset`` is acknowledged, filtered or dead-lettered."""
+        if cursor.gone:
+            return  # revoked or left: whoever reads the partition next reads it again
+        cursor.done(offset)
+        was_full = self.full
+        self.in_flight -= 1
+        self.fetcher.progressed(room=was_full and not self.full)
+
+    def drop(self, cursors: list[Cursor]) -> None:
+        """Forget ``cursors``: their messages not yet taken are dropped, their acks do nothing."""
+        gone = set()
+        for cursor in cursors:
+            cursor.gone = True
+            self.in_flight -= len(cursor.pending)
+            self.cursors.pop(cursor.tp, None)
+            gone.add(id(cursor))
+        self.messages = deque(m for m in self.messages if id(m[1]) not in gone)
+
+    @property
+    def lag_by_partition(self) -> dict[tuple[str, int], int]:
+        return self.fetcher.lag_by_partition(self)
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Shared:
+    """An assigned partition: where its fetch stands and who reads it."""
+
+    tp: TopicPartition
+    #: Where a reader that joins now starts: the last commit, else the first offset fetched.
+    base: int | None = None
+    committed: int | None = None
+    #: The offset after the last one fetched.
+    fetched: int | None = None
+    cursors: list[Cursor] = dataclasses.field(default_factory=list)
+
+
+class SharedFetcher:
+    """One consumer, in one consumer group, reading every topic of its readers."""
+
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        *,
+        group_id: str,
+        commit_interval_s: float,
+        keeps: Callable[[str], bool],
+    ) -> None:
+        self.group_id = group_id
+        self._settings = settings
+        self._commit_interval_s = commit_interval_s
+        self._keeps = keeps
+        self._readers: dict[str, Reader] = {}
+        #: Places left by readers that stopped: offset per partition, by place.
+        self._left: dict[str, dict[TopicPartition, int]] = {}
+        self._partitions: dict[TopicPartition, _Shared] = {}
+        self._consumer: AIOKafkaConsumer | None = None
+        self._subscribed: frozenset[str] = frozenset()
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._changed = asyncio.Event()
+        self._commit_lock = asyncio.Lock()
+        self._dirty = False
+        #: Messages fetched from the broker, each counted once however many readers get it.
+        self.fetched = 0
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def join(self, trigger: KafkaTrigger) -> Reader:
+        reader = Reader(self, trigger)
+        old = self._readers.pop(reader.place, None)
+        if old is not None:  # an instance the daemon gave up on: its place moves to the new one
+            self._leave(old)
+        self._readers[reader.place] = reader
+        for shared in self._partitions.values():
+            if shared.tp.topic in reader.topics:
+                self._add_cursor(shared, reader)
+        self._left.pop(reader.place, None)  # taken up: the new cursors start there
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"kafka-fetch-{self.group_id}")
+        self._changed.set()
+        return reader
+
+    async def leave(self, reader: Reader) -> None:
+        """The reader stopped: keep its place; the last reader to leave stops the consumer."""
+        if self._readers.get(reader.place) is not reader:
+            return
+        del self._readers[reader.place]
+        self._leave(reader)
+        self._changed.set()
+        if self._readers:
+            return
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                await task
+
+    def forget_places(self, keeps: Callable[[str], bool]) -> None:
+        for place in [place for place in self._left if not keeps(place)]:
+            del self._left[place]
+            self._dirty = True
+
+    def progressed(self, *, room: bool) -> None:
+        self._dirty = True
+        if room:
+            self._changed.set()
+
+    def lag_by_partition(self, reader: Reader) -> dict[tuple[str, int], int]:
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        lags = {}
+        for tp, cursor in reader.cursors.items():
+            highwater, safe = consumer.highwater(tp), cursor.safe
+            if highwater is None:
+                return {}
+            lags[tp.topic, tp.partition] = highwater - (highwater if safe is None else safe)
+        return lags
+
+    # -- readers and cursors
+
+    def _add_cursor(self, shared: _Shared, reader: Reader) -> None:
+        start = self._left.get(reader.place, {}).get(shared.tp, shared.base)
+        cursor = Cursor(reader, shared.tp, start)
+        shared.cursors.append(cursor)
+        reader.cursors[shared.tp] = cursor
+        consumer = self._consumer
+        if start is not None and shared.fetched is not None and start < shared.fetched:
+            if consumer is not None:
+                consumer.seek(shared.tp, start)  # the others skip what they already have
+            shared.fetched = start
+
+    def _leave(self, reader: Reader) -> None:
+        left = self._left.setdefault(reader.place, {}) if self._keeps(reader.place) else {}
+        for cursor in list(reader.cursors.values()):
+            if cursor.safe is not None:
+                left[cursor.tp] = cursor.safe
+            shared = self._partitions.get(cursor.tp)
+            if shared is not None:
+                shared.cursors.remove(cursor)
+        reader.drop(list(reader.cursors.values()))
+        reader.arrived.set()
+        self._dirty = True
+
+    # -- the fetch loop
+
+    async def _run(self) -> None:
+        consumer: AIOKafkaConsumer | None = None
+        try:
+            self._subscribed = self._topics()
+            self._consumer = consumer = await connect(
+                self._settings,
+                group_id=self.group_id,
+                topics=sorted(self._subscribed),
+                listener=Listener(revoked=self._on_revoked, assigned=self._on_assigned),
+            )
+            loop = asyncio.get_running_loop()
+            next_commit = loop.time()
+            while True:
+                self._subscribe(consumer)
+                if loop.time() >= next_commit:
+                    await self._commit_quietly(consumer, list(self._partitions.values()))
+                    next_commit = loop.time() + self._commit_interval_s
+                if not self._flow(consumer):
+                    self._changed.clear()
+                    with anyio.move_on_after(self._commit_interval_s):
+                        await self._changed.wait()  # every partition's readers are full
+                    continue
+                batch = await poll(consumer, self.group_id, max_records=_MAX_RECORDS)
+                for tp, records in batch.items():
+                    self._fan_out(tp, records)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            self._failure = error
+            for reader in self._readers.values():
+                reader.arrived.set()
+            raise
+        finally:
+            if consumer is not None:
+                await self._close(consumer)
+
+    def _fan_out(self, tp: TopicPartition, records: list[Record]) -> None:
+        shared = self._partitions.get(tp)
+        if shared is None:
+            return  # revoked meanwhile: its next owner reads it from the committed offset
+        self.fetched += len(records)
+        if shared.base is None:
+            shared.base = records[0].offset
+        shared.fetched = records[-1].offset + 1
+        for cursor in shared.cursors:
+            reader = cursor.reader
+            for record in records:
+                if cursor.next is None or record.offset >= cursor.next:
+                    reader.hand(record, cursor)
+
+    def _flow(self, consumer: AIOKafkaConsumer) -> bool:
+        """Pause the partitions read by a full reader, resume the others; False when every
+        assigned partition is paused."""
+        held = {tp for reader in self._readers.values() if reader.full for tp in reader.cursors}
+        assigned = set(self._partitions)
+        paused = consumer.paused()
+        if held != paused:
+            consumer.resume(*(paused - held))
+            consumer.pause(*(held & assigned))
+        return not assigned or bool(assigned - held)
+
+    def _topics(self) -> frozenset[str]:
+        return frozenset().union(*(reader.topics for reader in self._readers.values()))
+
+    def _subscribe(self, consumer: AIOKafkaConsumer) -> None:
+        topics = self._topics()
+        if topics and topics != self._subscribed:
+            listener = Listener(revoked=self._on_revoked, assigned=self._on_assigned)
+            consumer.subscribe(sorted(topics), listener=listener)
+            self._subscribed = topics
+
+    async def _close(self, consumer: AIOKafkaConsumer) -> None:
+        self._dirty = True
+        with anyio.move_on_after(_CLOSE_TIMEOUT_S, shield=True):
+            await self._commit_quietly(consumer, list(self._partitions.values()))
+        self._consumer = None
+        for shared in self._partitions.values():
+            for cursor in list(shared.cursors):
+                cursor.reader.drop([cursor])
+        self._partitions.clear()
+        self._subscribed = frozenset()
+        with anyio.CancelScope(shield=True):
+            await consumer.stop()
+
+    # -- commits and rebalances
+
+    def _commit_offset(self, shared: _Shared) -> int | None:
+        """The lowest offset some reader (or a place left behind) still needs."""
+        offsets = [c.safe for c in shared.cursors if c.safe is not None]
+        offsets += [left[shared.tp] for left in self._left.values() if shared.tp in left]
+        return min(offsets, default=None)
+
+    async def _commit(self, consumer: AIOKafkaConsumer, partitions: list[_Shared]) -> None:
+        async with self._commit_lock:  # one commit at a time, so offsets never move backwards
+            if not self._dirty:
+                return
+            self._dirty = False
+            offsets = {}
+            for shared in partitions:
+                offset = self._commit_offset(shared)
+                if offset is not None and offset != shared.committed:
+                    offsets[shared.tp] = offset
+            if not offsets:
+                return
+            await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+            for shared in partitions:
+                if shared.tp in offsets:
+                    shared.committed = shared.base = offsets[shared.tp]
+
+    async def _commit_quietly(self, consumer: AIOKafkaConsumer, partitions: list[_Shared]) -> None:
+        try:
+            await self._commit(consumer, partitions)
+        except (CommitFailedError, IllegalStateError) as error:
+            # The group is rebalancing: the revoke listener commits what is acknowledged.
+            self._dirty = True
+            log.info("kafka_commit_skipped", group_id=self.group_id, error=str(error))
+        except KafkaError as error:
+            raise_unless_transient(error)
+            self._dirty = True
+            log.warning("kafka_commit_failed", group_id=self.group_id, error=str(error))
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        partitions = [self._partitions[tp] for tp in revoked if tp in self._partitions]
+        consumer = self._consumer
+        if consumer is not None and partitions:
+            self._dirty = True
+            try:
+                await self._commit(consumer, partitions)
+            except KafkaError as error:
+                # The next owner reads from the last commit: a redelivery, deduplicated by key.
+                log.warning("kafka_revoke_commit_failed", group_id=self.group_id, error=str(error))
+        for shared in partitions:
+            del self._partitions[shared.tp]
+            for cursor in shared.cursors:
+                cursor.reader.drop([cursor])
+        for left in self._left.values():
+            for tp in revoked:
+                left.pop(tp, None)  # committed above; the next assignment starts there
+
+    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        for tp in assigned:
+            shared = self._partitions[tp] = _Shared(tp)
+            for reader in self._readers.values():
+                if tp.topic in reader.topics:
+                    self._add_cursor(shared, reader)
+        log.info(
+            "kafka_partitions_assigned",
+            group_id=self.group_id,
+            partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned),
+        )
