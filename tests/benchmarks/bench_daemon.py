@@ -48,7 +48,8 @@ Parts:
   ``insert().values(rows)`` per batch, and ``execute(insert(), rows)``. Goal: >= 10,000
   events/s on PostgreSQL.
 - ``idle_kafka`` / ``idle_file``: N assets, each with its own trigger (KafkaTrigger on its own
-  topic and consumer group, or FileTrigger on its own folder), in one daemon; RSS and CPU of
+  topic, read through the daemon's shared consumer, or FileTrigger on its own folder), in one
+  daemon; RSS and CPU of
   the daemon's process (not the broker) over an idle period once every trigger runs, and how
   long the daemon's heartbeat transaction takes (``triggerer check`` calls a heartbeat older
   than three intervals stale).
@@ -157,7 +158,7 @@ LATENCY_PIPELINES = """
 
     MARKS = Path({marks!r})
     orders = Asset("orders", watchers=[AssetWatcher("orders_topic", KafkaTrigger(
-        bootstrap_servers={bootstrap!r}, topics=[{topic!r}], group_id={group!r}, {options}))])
+        bootstrap_servers={bootstrap!r}, topics=[{topic!r}], {options}))])
 
 
     @pipeline(schedule=orders, run_policy="per_event", max_active_runs=1_000_000)
@@ -174,7 +175,7 @@ THROUGHPUT_PIPELINES = """
     from watchers import KafkaTrigger
 
     orders = Asset("orders", watchers=[AssetWatcher("orders_topic", KafkaTrigger(
-        bootstrap_servers={bootstrap!r}, topics=[{topic!r}], group_id={group!r}, {options}))])
+        bootstrap_servers={bootstrap!r}, topics=[{topic!r}], {options}))])
     never = Asset("never")
 
     @pipeline(schedule=[orders, never])
@@ -432,7 +433,6 @@ async def _latency_deployment(
             marks=str(marks),
             bootstrap=bootstrap,
             topic=topic,
-            group=f"{topic}-daemon",
             options=options,
         ),
     )
@@ -583,7 +583,6 @@ async def _daemon_throughput(
         THROUGHPUT_PIPELINES.format(
             bootstrap=args.bootstrap,
             topic=args.topic,
-            group=f"{args.topic}-{uuid.uuid4().hex[:8]}",
             options=GROUP_OPTIONS,
         ),
     )
@@ -824,7 +823,7 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
     renewals = [b - a for a, b in probe.lease_renewals if a >= ready and b <= stopping]
     window = [b - a for a, b in heartbeats if a >= wall and b <= ended]
     return {
-        "trigger": "KafkaTrigger (own topic and group)" if kind == "kafka" else "FileTrigger",
+        "trigger": "KafkaTrigger (own topic, shared consumer)" if kind == "kafka" else "FileTrigger",
         "watchers": watchers_running,
         "idle_seconds": args.idle_seconds,
         "startup_s_to_serving": round(serving - started, 1),

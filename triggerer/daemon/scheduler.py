@@ -335,13 +335,15 @@ _ACTIVE_RUNS = (
     .select_from(models.Run)
     .where(models.Run.pipeline_id == bindparam("pipeline_id"), models.Run.state.in_(ACTIVE_STATES))
 )
-_ANY_QUEUED = (
+# One index probe per asset (a backlog is not scanned), in one round trip however many assets.
+_ASSETS_WITH_QUEUED = select(models.Asset.id).where(
+    models.Asset.id.in_(bindparam("asset_ids", expanding=True)),
     select(models.QueuedEvent.id)
     .where(
         models.QueuedEvent.pipeline_id == bindparam("pipeline_id"),
-        models.QueuedEvent.asset_id == bindparam("asset_id"),
+        models.QueuedEvent.asset_id == models.Asset.id,
     )
-    .limit(1)
+    .exists(),
 )
 _CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
     models.Pipeline.next_cron_at.is_not(None), models.Pipeline.is_active.is_(True)
@@ -422,12 +424,10 @@ async def _queued(session: AsyncSession, pipeline_id: str) -> list[Queued]:
 async def _assets_with_queued(
     session: AsyncSession, pipeline_id: str, asset_ids: set[int]
 ) -> set[int]:
-    present = set()
-    for asset_id in asset_ids:
-        row = await session.scalar(_ANY_QUEUED, {"pipeline_id": pipeline_id, "asset_id": asset_id})
-        if row is not None:
-            present.add(asset_id)
-    return present
+    if not asset_ids:
+        return set()
+    parameters = {"pipeline_id": pipeline_id, "asset_ids": sorted(asset_ids)}
+    return set((await session.scalars(_ASSETS_WITH_QUEUED, parameters)).all())
 
 
 async def _alias_members(
