@@ -52,12 +52,18 @@ Parts:
   daemon; RSS and CPU of
   the daemon's process (not the broker) over an idle period once every trigger runs, and how
   long the daemon's heartbeat transaction takes (``triggerer check`` calls a heartbeat older
-  than three intervals stale).
+  than three intervals stale). ``idle_kafka`` also measures the floor alongside: one plain
+  aiokafka consumer of the same topics (the shared consumer's own cost: every fetch names
+  every partition), as a ratio.
+- ``fanout_kafka``: N watchers of one topic with different filters, on pre-produced messages,
+  first through the shared consumer, then each with a consumer of its own: messages fetched
+  from the broker, time until every event is stored, and the daemon's CPU seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import itertools
 import json
@@ -106,10 +112,12 @@ from triggerer.logs import configure_logging
 from triggerer.store import create_engine, models, session_factory, upgrade
 from triggerer.store.models import EventSource
 from triggerer.store.types import utcnow
+from watchers.kafka import KafkaTrigger
 
 PARTS = (
     "idle_kafka",
     "idle_file",
+    "fanout_kafka",
     "latency",
     "spark_local",
     "spark_classic",
@@ -125,6 +133,8 @@ FULL = {
     "throughput_messages": 100_000,
     "idle_watchers": 1000,
     "idle_seconds": 20.0,
+    "fanout_watchers": 50,
+    "fanout_messages": 2000,
 }
 QUICK = {
     "latency_messages": 50,
@@ -134,6 +144,8 @@ QUICK = {
     "throughput_messages": 10_000,
     "idle_watchers": 200,
     "idle_seconds": 10.0,
+    "fanout_watchers": 10,
+    "fanout_messages": 500,
 }
 GOALS = {"run_created_p50_ms": 20.0, "run_created_p99_ms": 100.0, "pg_events_per_s": 10_000}
 LATENCY_WARMUP = 3
@@ -195,6 +207,23 @@ IDLE_PIPELINES = """
     @pipeline(schedule=AssetAny(*idle))
     def any_idle(spark, context):
         raise AssertionError("never runs: the watched sources stay empty")
+"""
+FANOUT_KINDS = 5
+FANOUT_PIPELINES = """
+    from triggerer import Asset, AssetAny, AssetWatcher, pipeline
+    from watchers import KafkaTrigger
+
+    readers = [
+        Asset(f"reader_{{number}}", watchers=[AssetWatcher("watcher", KafkaTrigger(
+            bootstrap_servers={bootstrap!r}, topics=[{topic!r}],
+            filter={{"path": "$.value.kind", "equals": number % {kinds}}}{group}))])
+        for number in range({count})
+    ]
+    never = Asset("never")
+
+    @pipeline(schedule=[AssetAny(*readers), never])
+    def fan_in(spark, context):
+        raise AssertionError("never runs: the asset 'never' gets no events")
 """
 KAFKA_IDLE_TRIGGER = "KafkaTrigger(bootstrap_servers={bootstrap!r}, topics=[source])"
 FILE_IDLE_TRIGGER = "FileTrigger(source)"
@@ -822,8 +851,15 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
     durations = [b - a for a, b in heartbeats]
     renewals = [b - a for a, b in probe.lease_renewals if a >= ready and b <= stopping]
     window = [b - a for a, b in heartbeats if a >= wall and b <= ended]
+    floor = {}
+    if kind == "kafka":
+        raw = await raw_idle_cpu_percent(args.bootstrap, sources, args.idle_seconds)
+        floor = {
+            "raw_consumer_cpu_percent": round(raw, 2),
+            "cpu_ratio_to_raw_consumer": round(cpu_percent / raw, 2),
+        }
     return {
-        "trigger": "KafkaTrigger (own topic, shared consumer)" if kind == "kafka" else "FileTrigger",
+        "trigger": "KafkaTrigger (own topic)" if kind == "kafka" else "FileTrigger",
         "watchers": watchers_running,
         "idle_seconds": args.idle_seconds,
         "startup_s_to_serving": round(serving - started, 1),
@@ -833,6 +869,7 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
         "rss_mb_after_idle": round(rss_idle, 1),
         "rss_kb_per_watcher": round((rss_idle - rss_before) * 1024 / count, 1),
         "cpu_percent": round(cpu_percent, 2),
+        **floor,
         "machine_cpu_busy_percent": machine_percent,
         "restarts": restarts,
         **status,
@@ -850,6 +887,105 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
     }
 
 
+async def raw_idle_cpu_percent(bootstrap: str, topics: list[str], seconds: float) -> float:
+    """The floor: CPU of one plain aiokafka consumer of ``topics`` (one group, the default
+    500 ms fetch wait, a getmany loop) over ``seconds`` of idleness, in this process."""
+    consumer = AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=f"bench-idle-raw-{uuid.uuid4().hex[:8]}",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        async with anyio.create_task_group() as tasks:
+
+            async def poll() -> None:
+                while True:
+                    await consumer.getmany(timeout_ms=1000)
+
+            tasks.start_soon(poll)
+            with anyio.fail_after(300):
+                while not consumer.assignment():  # noqa: ASYNC110 - joins are not notified
+                    await anyio.sleep(0.1)
+            await anyio.sleep(SETTLE_S)
+            wall, cpu = time.time(), cpu_s()
+            await anyio.sleep(seconds)
+            percent = 100 * (cpu_s() - cpu) / (time.time() - wall)
+            tasks.cancel_scope.cancel()
+    finally:
+        await consumer.stop()
+    return percent
+
+
+# -- many watchers of one topic
+
+
+async def part_fanout(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """``fanout_watchers`` watchers of one topic with different filters: read through the
+    shared consumer, then each with a consumer of its own (``group_id`` set), on the same
+    pre-produced messages; how many messages the daemon fetched and what it cost."""
+    topic = f"bench-fanout-{uuid.uuid4().hex[:8]}"
+    await create_topics(args.bootstrap, [topic], 1)
+    messages = args.fanout_messages
+    await produce_kinds(args.bootstrap, topic, messages)
+    results = {}
+    for name, group in (("shared", ""), ("own_consumers", ", group_id=f'fanout-{number}'")):
+        folder = workdir / name
+        write_pipelines(
+            folder / "pipelines",
+            FANOUT_PIPELINES.format(
+                bootstrap=args.bootstrap,
+                topic=topic,
+                count=args.fanout_watchers,
+                kinds=FANOUT_KINDS,
+                group=group,
+            ),
+        )
+        settings = make_settings(folder, f"sqlite:///{folder / 'triggerer.db'}")
+        expected = args.fanout_watchers * messages // FANOUT_KINDS
+        probe = Probe(launch_runs=False)
+        started, cpu = time.time(), cpu_s()
+        async with daemon(settings, probe) as service:
+            await probe.wait_until(
+                lambda want=expected: service.ingest.events_recorded >= want, 600
+            )
+            elapsed, used = time.time() - started, cpu_s() - cpu
+            kafka = [t for t in probe.triggers() if isinstance(t, KafkaTrigger)]
+            shared = sum(fetcher.fetched for fetcher in service.kafka)
+            results[name] = {
+                "events": service.ingest.events_recorded,
+                "messages_fetched": shared or sum(t.messages for t in kafka),
+                "seconds_to_all_events": round(elapsed, 2),
+                "cpu_s": round(used, 2),
+            }
+    return {
+        "watchers": args.fanout_watchers,
+        "messages": messages,
+        **results,
+        "fetched_ratio_shared_to_own": round(
+            results["shared"]["messages_fetched"] / results["own_consumers"]["messages_fetched"],
+            3,
+        ),
+        "cpu_ratio_shared_to_own": round(
+            results["shared"]["cpu_s"] / results["own_consumers"]["cpu_s"], 2
+        ),
+    }
+
+
+async def produce_kinds(bootstrap: str, topic: str, count: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    await producer.start()
+    try:
+        sent = [
+            await producer.send(topic, json.dumps({"n": n, "kind": n % FANOUT_KINDS}).encode())
+            for n in range(count)
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
 # -- running the parts
 
 
@@ -865,6 +1001,8 @@ async def run_part(args: argparse.Namespace) -> dict[str, Any]:
             return await part_throughput(args, workdir, part.removeprefix("throughput_"))
         if part.startswith("idle_"):
             return await part_idle(args, workdir, part.removeprefix("idle_"))
+        if part == "fanout_kafka":
+            return await part_fanout(args, workdir)
         raise ValueError(f"unknown part {part!r}; known: {', '.join(PARTS)}")
 
 
