@@ -12,12 +12,14 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from triggerer.store import models
+from triggerer.store.engine import deployment_id
 from triggerer.store.models import RefRole
 from triggerer.views import (
     AliasRow,
@@ -32,6 +34,7 @@ from triggerer.views import (
     RunRow,
     WatcherRow,
 )
+from watchers import kafka_fetcher
 
 
 class NotFound(LookupError):
@@ -297,13 +300,21 @@ async def watchers(session: AsyncSession, *, limit: int = 100, offset: int = 0) 
             last_poll_at=trigger.last_poll_at,
             restarts=trigger.restart_count,
             lag=trigger.lag,
-            # The kwargs as the daemon runs the trigger: a Kafka watcher's default group is in.
-            consumer_group=trigger.kwargs.get("group_id"),
+            consumer_group=_consumer_group(session, trigger.kwargs),
             last_error=trigger.last_error,
             instance_id=trigger.instance_id,
         )
         for name, asset_id, uri, trigger in rows.all()
     ]
+
+
+def _consumer_group(session: AsyncSession, kwargs: dict[str, Any]) -> str | None:
+    """The Kafka consumer group a watcher's messages are committed in: its own ``group_id``,
+    or for one reading through the daemon's shared consumer, that consumer's group."""
+    if not kwargs.get("shared_fetch"):
+        return kwargs.get("group_id")
+    deployment = deployment_id(session.get_bind().engine.url)
+    return kafka_fetcher.shared_group_id(kafka_fetcher.group_prefix(deployment), kwargs)
 
 
 # -- Events ----------------------------------------------------------------------------------

@@ -207,19 +207,6 @@ class KafkaTrigger(BaseEventTrigger):
             **self._security_options(),
         }
 
-    def fetch_key(self) -> str:
-        """What a consumer shared with other triggers must have in common with them."""
-        options = (
-            "bootstrap_servers",
-            "connection",
-            "auto_offset_reset",
-            "session_timeout_ms",
-            "heartbeat_interval_ms",
-            "fetch_max_wait_ms",
-            "commit_interval_ms",
-        )
-        return json.dumps({name: getattr(self, name) for name in options}, sort_keys=True)
-
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's consumer, when the daemon restarts this trigger
         apply = None

@@ -17,8 +17,9 @@ import contextlib
 import contextvars
 import dataclasses
 import hashlib
+import json
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -34,6 +35,16 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+#: The KafkaTrigger options that a consumer shared by several triggers must have in common.
+SHARED_OPTIONS = (
+    "bootstrap_servers",
+    "connection",
+    "auto_offset_reset",
+    "session_timeout_ms",
+    "heartbeat_interval_ms",
+    "fetch_max_wait_ms",
+    "commit_interval_ms",
+)
 #: Most messages taken from the consumer at a time.
 _MAX_RECORDS = 5000
 _CLOSE_TIMEOUT_S = 10.0
@@ -58,13 +69,29 @@ def current() -> Fetchers | None:
     return _FETCHERS.get()
 
 
+def group_prefix(deployment: str) -> str:
+    """The start of the shared consumer groups of a deployment (its metadata database's
+    :func:`triggerer.store.engine.deployment_id`): instances of one deployment share their
+    groups, and so split partitions; other deployments do not."""
+    return f"triggerer-shared-{deployment}"
+
+
+def shared_key(options: Mapping[str, Any]) -> str:
+    """What identifies the shared consumer of a KafkaTrigger with these options."""
+    return json.dumps({name: options[name] for name in SHARED_OPTIONS}, sort_keys=True)
+
+
+def shared_group_id(prefix: str, options: Mapping[str, Any]) -> str:
+    """The consumer group of the shared consumer a KafkaTrigger with ``options`` reads through."""
+    return f"{prefix}-{hashlib.sha256(shared_key(options).encode()).hexdigest()[:12]}"
+
+
 class Fetchers:
     """The shared fetchers of one daemon, one per cluster and consumer settings, each in a
-    consumer group named ``<group_prefix>-<digest of those settings>``: instances of one
-    deployment must use one prefix, and other deployments another."""
+    consumer group named by :func:`shared_group_id`."""
 
-    def __init__(self, group_prefix: str) -> None:
-        self._group_prefix = group_prefix
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
         self._fetchers: dict[str, SharedFetcher] = {}
         self._places: set[str] | None = None
 
@@ -73,13 +100,13 @@ class Fetchers:
 
     async def join(self, trigger: KafkaTrigger) -> Reader:
         """Start reading ``trigger.topics`` for ``trigger``, where its place was left if any."""
-        key = trigger.fetch_key()
+        options = trigger.serialize()[1]
+        key = shared_key(options)
         fetcher = self._fetchers.get(key)
         if fetcher is None or fetcher.failed:
-            digest = hashlib.sha256(key.encode()).hexdigest()[:12]
             fetcher = SharedFetcher(
                 trigger.consumer_settings(),
-                group_id=f"{self._group_prefix}-{digest}",
+                group_id=shared_group_id(self._prefix, options),
                 commit_interval_s=trigger.commit_interval_ms / 1000,
                 keeps=self.keeps,
             )

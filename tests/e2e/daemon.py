@@ -38,7 +38,7 @@ def kafka_asset_source(asset: str) -> str:
     from watchers import KafkaTrigger
 
     {asset} = Asset("{asset}", watchers=[AssetWatcher("{asset}_topic", KafkaTrigger(
-        bootstrap_servers="{{bootstrap}}", topics=["{{topic}}"], group_id="{{topic}}-group",
+        bootstrap_servers="{{bootstrap}}", topics=["{{topic}}"],
         session_timeout_ms=6000, heartbeat_interval_ms=1000))])
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from functools import partial
 from pathlib import Path
@@ -91,10 +92,11 @@ async def flow(deployment: Deployment, daemon: DaemonProcess, signum: int) -> in
 
 
 async def committed_offsets(deployment: Deployment) -> int:
-    """The sum over the topic's partitions of the offsets the daemon's group committed."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=deployment.bootstrap, group_id=f"{deployment.topic}-group"
-    )
+    """The sum over the topic's partitions of the offsets committed in the group the daemon
+    reads the topic in, as ``triggerer watchers list`` names it."""
+    listed = await triggerer_cli(deployment.env(), "watchers", "list", "--json")
+    [group] = {row["consumer_group"] for row in json.loads(listed.stdout)}
+    consumer = AIOKafkaConsumer(bootstrap_servers=deployment.bootstrap, group_id=group)
     await consumer.start()
     try:
         offsets = [
@@ -135,6 +137,31 @@ async def test_kill_9_while_messages_flow_loses_nothing_and_duplicates_nothing(
     with deployment.process() as daemon:
         await flow(deployment, daemon, signal.SIGKILL)
         await assert_exactly_once(deployment, daemon)
+
+
+COPY = """
+    copy = Asset("copy", watchers=[AssetWatcher("copy_topic", KafkaTrigger(
+        bootstrap_servers="{bootstrap}", topics=["{topic}"], session_timeout_ms=6000,
+        heartbeat_interval_ms=1000, max_attempts=5))])
+"""
+"""A second watcher of the topic, with other options: it shares the daemon's consumer."""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("db_backend", ["postgresql"], indirect=True)
+async def test_kill_9_while_two_watchers_share_the_topic_loses_nothing_for_either(
+    database_url: str, make_deployment: MakeDeployment
+) -> None:
+    deployment = await make_deployment(database_url, partitions=PARTITIONS)
+    deployment.write_pipelines(STREAM + COPY + TALLY)
+    with deployment.process() as daemon:
+        await flow(deployment, daemon, signal.SIGKILL)
+        await assert_exactly_once(deployment, daemon)
+        await deployment.wait_for(
+            lambda s: event_count(s, "copy"), lambda n: n >= MESSAGES, timeout_s=60
+        )
+    copies = await deployment.query(lambda s: events_of(s, "copy"))
+    assert sorted(e.extra["payload"]["value"]["i"] for e in copies) == list(range(MESSAGES))
 
 
 @pytest.mark.timeout(300)

@@ -8,7 +8,6 @@ grace period, and returns; a second signal exits at once.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import signal
 import socket
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-from sqlalchemy import delete, func, make_url, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer import metrics
@@ -38,7 +37,7 @@ from triggerer.daemon.wakeups import listen
 from triggerer.daemon.watchdog import watch_event_loop
 from triggerer.loader import LoadedPipelines, load_pipelines
 from triggerer.store import create_engine, models, notices, session_factory, upgrade
-from triggerer.store.engine import async_url
+from triggerer.store.engine import async_url, deployment_id
 from triggerer.store.failures import STORE_ERRORS
 from triggerer.store.models import RunState
 from triggerer.store.types import utcnow
@@ -109,7 +108,9 @@ class Service:
         )
 
         # Kafka watchers read through consumers shared per cluster, in groups of this deployment.
-        self.kafka = kafka_fetcher.Fetchers(kafka_group_prefix(settings.database.url))
+        self.kafka = kafka_fetcher.Fetchers(
+            kafka_fetcher.group_prefix(deployment_id(settings.database.url))
+        )
 
         # Watcher states as last written, so a heartbeat writes only what changed.
         self._reported: dict[int, WatcherStatus] = {}
@@ -326,13 +327,6 @@ async def _run(
             with anyio.move_on_after(settings.daemon.shutdown_grace_s):
                 await service.notifier.drained()
             task_group.cancel_scope.cancel()
-
-
-def kafka_group_prefix(database_url: str) -> str:
-    """The start of this deployment's shared Kafka consumer groups: instances that share a
-    metadata database share their groups (and split partitions); other deployments do not."""
-    shown = make_url(database_url).render_as_string(hide_password=True)
-    return f"triggerer-shared-{hashlib.sha256(shown.encode()).hexdigest()[:12]}"
 
 
 def _api_server(service: Service) -> ApiServer:

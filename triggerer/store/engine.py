@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,14 @@ def async_url(url: str) -> URL:
             f"unsupported database URL {_masked(url)!r}: expected one of {SUPPORTED_URLS}"
         )
     return parsed.set(drivername=f"{backend}+{driver}")
+
+
+def deployment_id(url: str | URL) -> str:
+    """A short name for the metadata database at ``url`` (whatever its driver or password):
+    the processes that share one database are one deployment."""
+    parsed = async_url(url) if isinstance(url, str) else url
+    place = f"{parsed.get_backend_name()}://{parsed.host or ''}:{parsed.port or ''}/"
+    return hashlib.sha256((place + (parsed.database or "")).encode()).hexdigest()[:12]
 
 
 def create_engine(url: str) -> AsyncEngine:

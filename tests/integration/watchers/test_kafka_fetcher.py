@@ -17,10 +17,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from tests.integration.watchers.test_kafka import produce, running, trigger_for
 from tests.integration.watchers.test_kafka import wait_committed as own_commit
 from watchers import kafka_fetcher
-from watchers.kafka import KafkaTrigger
 
 if TYPE_CHECKING:
     from tests.fixtures.brokers import MakeTopic
+    from watchers.kafka import KafkaTrigger
 
 
 def sale(n: int, *, partitions: int = 1) -> dict[str, Any]:
@@ -46,7 +46,7 @@ async def wait_committed(bootstrap: str, group: str, topic: str, expected: int) 
     await consumer.start()
     try:
         with anyio.fail_after(20):
-            while await consumer.committed(TopicPartition(topic, 0)) != expected:
+            while await consumer.committed(TopicPartition(topic, 0)) != expected:  # noqa: ASYNC110
                 await asyncio.sleep(0.1)  # no change notification for commits: poll the broker
     finally:
         await consumer.stop()
