@@ -285,8 +285,8 @@ class SharedFetcher:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, KafkaError):
-                await task
+            # What stopped a failed fetcher was raised to its readers already.
+            await asyncio.gather(task, return_exceptions=True)
 
     def forget_places(self, keeps: Callable[[str], bool]) -> None:
         for place in [place for place in self._left if not keeps(place)]:
@@ -302,8 +302,11 @@ class SharedFetcher:
         consumer = self._consumer
         if consumer is None:
             return {}
+        assigned = consumer.assignment()
         lags = {}
         for tp, cursor in reader.cursors.items():
+            if tp not in assigned:
+                return {}  # in a rebalance: unknown until it ends
             highwater, safe = consumer.highwater(tp), cursor.safe
             if highwater is None:
                 return {}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from tests.integration.watchers.test_kafka import produce, running, trigger_for
 from tests.integration.watchers.test_kafka import wait_committed as own_commit
@@ -154,3 +155,27 @@ async def test_a_trigger_outside_the_daemon_has_a_consumer_of_its_own(
     async with running(trigger) as received:  # no sharing() here: group "alone" is its own
         await received.wait_for(3)
     await own_commit(trigger, {0: 3})
+
+
+async def test_what_stops_the_shared_consumer_reaches_its_readers_and_a_new_one_takes_over(
+    kafka_broker: str, kafka_topic: str
+) -> None:
+    await produce(kafka_broker, kafka_topic, (sale(n) for n in range(2)))
+
+    with shared() as fetchers:
+        # No committed offset and no reset allowed: the consumer cannot start reading.
+        strict = watcher(kafka_broker, kafka_topic, "strict", auto_offset_reset="none")
+        async with running(strict) as received:
+            with anyio.fail_after(30):
+                while received.error is None:  # noqa: ASYNC110 - the helper has no error event
+                    await asyncio.sleep(0.1)
+        assert isinstance(received.error, KafkaError)
+        [failed] = list(fetchers)
+        assert failed.failed
+
+        lenient = watcher(kafka_broker, kafka_topic, "strict", auto_offset_reset="none")
+        reader = await fetchers.join(lenient)
+        try:
+            assert reader.fetcher is not failed  # a failed consumer is replaced, not reused
+        finally:
+            await reader.fetcher.leave(reader)

@@ -1,8 +1,9 @@
 """Watchers that read one source, through the running daemon (SQLite and PostgreSQL).
 
 Two Kafka watchers of one topic read it through the daemon's one shared consumer, each sees
-every message, and editing a watcher's filter keeps its place (no replay). A second, different SQS trigger on one
-queue is refused (it would take the other's messages) without harming the first.
+every message, and editing a watcher's filter keeps its place (no replay). A second, different
+SQS trigger on one queue is refused (it would take the other's messages) without harming the
+first.
 """
 
 from __future__ import annotations
