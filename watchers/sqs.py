@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
+from watchers import sqs_session
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import decode_body, import_callable
 from watchers.sqs_address import parse_queue
-from watchers.sqs_session import MAX_MESSAGES, _SqsSession
+from watchers.sqs_session import MAX_MESSAGES, _Reader, _SqsSession
 
 MAX_WAIT_TIME_S = 20
 MAX_VISIBILITY_TIMEOUT_S = 43_200
@@ -54,9 +55,12 @@ class SqsTrigger(BaseEventTrigger):
     the queue's RedrivePolicy target) with the reason in a message attribute, then is deleted.
     Credentials come from the named ``connection`` or the environment.
 
-    Each message goes to one reader, so two different triggers on one queue would take each
-    other's messages: the daemon refuses the second (see ``exclusive_sources``). Give the assets
-    one trigger (equal options), or read separate queues.
+    In the daemon, the triggers of one queue share one poller (:mod:`watchers.sqs_session`):
+    each sees every message, and a message is deleted once every watcher of the queue is done
+    with it. The poller's options (``wait_time_s``, ``max_messages``, ``receivers``,
+    ``visibility_timeout_s``, ``dead_letter_queue``, ``max_receives``) are those of the queue's
+    first watcher; each watcher keeps its own ``filter``, ``transform``, ``batch`` and
+    ``partition_key_path``.
     """
 
     shareable = True
@@ -123,6 +127,7 @@ class SqsTrigger(BaseEventTrigger):
         self.dead_lettered = 0
         self.deleted = 0
         self._session: _SqsSession | None = None
+        self._reader: _Reader | None = None
         self._lag: int | None = None  # written by the session
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -134,36 +139,29 @@ class SqsTrigger(BaseEventTrigger):
         watcher starts and every ``LAG_INTERVAL_S``, and 0 when a long poll comes back empty."""
         return self._lag
 
-    def exclusive_sources(self) -> tuple[str]:
-        """The queue, as ``sqs://name`` with its region and endpoint: a message goes to one
-        reader, which deletes it."""
-        location = self.location
-        options = [
-            f"{name}={value}"
-            for name, value in (
-                ("region", location.region_name),
-                ("endpoint_url", location.endpoint_url),
-            )
-            if value
-        ]
-        return (f"SQS queue sqs://{location.name}" + ("?" + "&".join(options) if options else ""),)
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
-        self._session = session = _SqsSession(self)
-        await session.open()
+        pollers = sqs_session.current()
+        if pollers is None:
+            session = _SqsSession(self)
+            self._session, self._reader = session, reader = session, session.join(self)
+            await session.open()
+        else:
+            self._session, self._reader = session, reader = await pollers.join(self)
         try:
             while True:
-                yield await session.next_event()
+                yield await session.next_event(reader)
         finally:
-            session.stop_receiving()
+            session.stop_reading(reader)
 
     async def cleanup(self) -> None:
-        """Flush pending deletes, make unacked messages visible again and close the client."""
-        session, self._session = self._session, None
+        """Leave the queue's session: the last reader flushes pending deletes, makes unacked
+        messages visible again and closes the client."""
+        session, reader = self._session, self._reader
+        self._session = self._reader = None
         self._lag = None
-        if session is not None:
-            await session.close()
+        if session is not None and reader is not None:
+            await session.leave(reader)
 
     def _prepare(self, message: dict[str, Any]) -> tuple[Any, str | None] | None:
         """The payload and partition key of a message, or ``None`` when it is filtered out."""

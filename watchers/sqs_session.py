@@ -1,14 +1,22 @@
-"""One run of an SQS watcher: long polls, batched deletes, visibility extension, dead letters."""
+"""The poller of one SQS queue: long polls, batched deletes, visibility extension, dead letters.
+
+Every trigger reading the queue is a reader of its session and is handed each message; a message
+is deleted once every reader is done with it (its events acked, or filtered, or dead-lettered).
+One that a reader could not process, or that a watcher of the daemon missed (not running at the
+moment), is not deleted: SQS delivers it again once its visibility timeout passes, and the
+readers that stored its events already recognise it by its dedup key.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import json
 import random
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -39,6 +47,95 @@ _THROTTLING_CODES = frozenset(
     {"Throttling", "ThrottlingException", "RequestThrottled", "ServiceUnavailable"}
 )
 _CREDENTIAL_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+#: The SqsTrigger options of the poller: those of the first reader of a queue (in the daemon,
+#: the first watcher of the queue), whatever later readers say.
+POLLER_OPTIONS = (
+    "wait_time_s",
+    "max_messages",
+    "receivers",
+    "visibility_timeout_s",
+    "dead_letter_queue",
+    "max_receives",
+)
+#: How long the receives of a new session wait for the other watchers of its queue to join.
+JOIN_WAIT_S = 5.0
+_POLLERS: contextvars.ContextVar[Pollers | None] = contextvars.ContextVar(
+    "sqs_pollers", default=None
+)
+
+
+@contextlib.contextmanager
+def sharing(pollers: Pollers) -> Iterator[None]:
+    """Within this context (and the tasks started in it), SqsTriggers of one queue share one
+    session of ``pollers``."""
+    token = _POLLERS.set(pollers)
+    try:
+        yield
+    finally:
+        _POLLERS.reset(token)
+
+
+def current() -> Pollers | None:
+    """The shared sessions in effect, ``None`` outside :func:`sharing`."""
+    return _POLLERS.get()
+
+
+class Pollers:
+    """The daemon's SQS sessions, one per queue (and connection), and the watchers it expects
+    to read each: a message is deleted only once each of them is done with it."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _SqsSession] = {}
+        self._expected: dict[str, set[str]] = {}
+
+    def keep(self, triggers: Iterable[SqsTrigger]) -> None:
+        """The SqsTriggers the daemon runs now."""
+        expected: dict[str, set[str]] = {}
+        for trigger in triggers:
+            expected.setdefault(_queue_key(trigger), set()).add(_reader_key(trigger))
+        self._expected = expected
+
+    async def join(self, trigger: SqsTrigger) -> tuple[_SqsSession, _Reader]:
+        key = _queue_key(trigger)
+        session = self._sessions.get(key)
+        if session is not None and not session.closed:
+            return session, session.join(trigger)
+        session = self._sessions[key] = _SqsSession(
+            trigger, expected=lambda: self._expected.get(key, set())
+        )
+        reader = session.join(trigger)
+        await session.open()
+        return session, reader
+
+
+def _queue_key(trigger: SqsTrigger) -> str:
+    """The queue however it is spelled (URL, name, ``sqs://``), with the connection read by."""
+    location = trigger.location
+    connection = trigger.serialize()[1]["connection"]
+    return json.dumps([location.name, location.region_name, location.endpoint_url, connection])
+
+
+def _reader_key(trigger: SqsTrigger) -> str:
+    return json.dumps(trigger.serialize(), sort_keys=True)
+
+
+@dataclasses.dataclass(eq=False)
+class _Reader:
+    """One trigger's end of a session: its events, oldest first, and the messages of the
+    events it has not acked yet."""
+
+    trigger: SqsTrigger
+    key: str
+    buffer: int
+    events: asyncio.Queue[TriggerEvent | _Failure] = dataclasses.field(
+        default_factory=asyncio.Queue
+    )
+    slots: asyncio.Semaphore = dataclasses.field(init=False)
+    unacked: dict[object, list[_InFlight]] = dataclasses.field(default_factory=dict)
+    reading: bool = True
+
+    def __post_init__(self) -> None:
+        self.slots = asyncio.Semaphore(self.buffer)
 
 
 @dataclasses.dataclass(eq=False)
@@ -48,7 +145,13 @@ class _InFlight:
     message_id: str
     receipt_handle: str
     visible_until: float  # time.monotonic() when SQS would make it visible again
-    acked: bool = False
+    acked: bool = False  # being deleted
+    #: Events of readers holding the message, not yet acked.
+    owners: int = 0
+    #: Still being handed to the readers.
+    dispatching: bool = True
+    #: Some reader must see it again: once the others are done it is left to reappear.
+    redeliver: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +160,15 @@ class _Failure:
 
 
 class _SqsSession:
-    """One ``run()`` of a trigger: the client, the receive loops and the background tasks."""
+    """The client, receive loops and background tasks of one queue, for its readers."""
 
-    def __init__(self, trigger: SqsTrigger) -> None:
+    def __init__(
+        self, trigger: SqsTrigger, *, expected: Callable[[], set[str]] = lambda: set()
+    ) -> None:
         self._trigger = trigger
+        self._expected = expected
+        self._readers: dict[str, _Reader] = {}
+        self._joined = asyncio.Event()
         self._options = trigger.serialize()[1]
         self._name = trigger.location.name
         self._log = log.bind(queue=self._name)
@@ -78,20 +186,65 @@ class _SqsSession:
         self._delete_concurrency = max(2, self._options["receivers"])
         self._delete_slots = asyncio.Semaphore(self._delete_concurrency)
         self._delete_tasks: set[asyncio.Task[None]] = set()
-        self._events: asyncio.Queue[TriggerEvent | _Failure] = asyncio.Queue()
-        buffer = self._options["receivers"] * (1 if self._options["batch"] else MAX_MESSAGES)
-        self._buffer_slots = asyncio.Semaphore(buffer)
         self._receivers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
         self._opened = False
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def join(self, trigger: SqsTrigger) -> _Reader:
+        """Hand ``trigger`` every message received from now on."""
+        key = _reader_key(trigger)
+        options = trigger.serialize()[1]
+        differing = [n for n in POLLER_OPTIONS if options[n] != self._options[n]]
+        if differing:
+            self._log.warning(
+                "sqs_poller_options_ignored",
+                options=differing,
+                why="watchers of one queue share its poller, set up by the first of them",
+            )
+        buffer = self._options["receivers"] * (1 if options["batch"] else MAX_MESSAGES)
+        reader = self._readers[key] = _Reader(trigger, key, buffer)
+        self._joined.set()
+        return reader
+
+    async def leave(self, reader: _Reader) -> None:
+        """The reader stopped. Messages of its events not yet acked reappear for it; the last
+        reader to leave closes the session."""
+        if self._readers.get(reader.key) is not reader:
+            return
+        reader.reading = False
+        if len(self._readers) == 1:
+            await self.close()  # flushes the deletes and releases every message not acked
+            del self._readers[reader.key]
+            return
+        del self._readers[reader.key]
+        unacked, reader.unacked = reader.unacked, {}
+        for _ in range(reader.buffer):
+            reader.slots.release()  # a receive loop waiting for room goes on without it
+        for entries in unacked.values():
+            for entry in entries:
+                entry.owners -= 1
+                entry.redeliver = True
+                self._settle(entry)
+
+    def stop_reading(self, reader: _Reader) -> None:
+        """The reader takes no more events: once no reader does, receiving stops."""
+        reader.reading = False
+        if not any(r.reading for r in self._readers.values()):
+            self.stop_receiving()
+
     async def open(self) -> None:
         try:
             await self._connect()
-        except BaseException:
+        except BaseException as error:
             self._closed = True
             await self._exit_stack.aclose()
+            for reader in self._readers.values():
+                reader.events.put_nowait(_Failure(error))
             raise
         self._opened = True
         self._background = [
@@ -141,7 +294,7 @@ class _SqsSession:
                 ],
             )
         attributes = response.get("Attributes", {})
-        self._trigger._lag = int(attributes.get("ApproximateNumberOfMessages", 0))
+        self._set_lag(int(attributes.get("ApproximateNumberOfMessages", 0)))
         # A queue may say 0 (visible at once); holding a message needs some time.
         self._visibility_timeout_s = (
             self._options["visibility_timeout_s"]
@@ -193,12 +346,16 @@ class _SqsSession:
             )
             self._max_receives = redrive_receives
 
-    async def next_event(self) -> TriggerEvent:
-        item = await self._events.get()
+    async def next_event(self, reader: _Reader) -> TriggerEvent:
+        item = await reader.events.get()
         if isinstance(item, _Failure):
             raise item.error
-        self._buffer_slots.release()
+        reader.slots.release()
         return item
+
+    def _set_lag(self, lag: int) -> None:
+        for reader in self._readers.values():
+            reader.trigger._lag = lag
 
     def stop_receiving(self) -> None:
         for task in self._receivers:
@@ -247,7 +404,8 @@ class _SqsSession:
             return
         error = task.exception()
         if error is not None:
-            self._events.put_nowait(_Failure(error))
+            for reader in self._readers.values():
+                reader.events.put_nowait(_Failure(error))
 
     async def _call(self, operation: str, **arguments: Any) -> dict[str, Any]:
         """Call the SQS API, retrying transient errors with jittered exponential backoff.
@@ -284,7 +442,7 @@ class _SqsSession:
                 QueueUrl=self._queue_url,
                 AttributeNames=["ApproximateNumberOfMessages"],
             )
-            self._trigger._lag = int(response["Attributes"]["ApproximateNumberOfMessages"])
+            self._set_lag(int(response["Attributes"]["ApproximateNumberOfMessages"]))
 
     async def _receive_loop(self) -> None:
         arguments: dict[str, Any] = {
@@ -295,19 +453,57 @@ class _SqsSession:
             "MessageAttributeNames": ["All"],
             "VisibilityTimeout": self._visibility_timeout_s,
         }
+        await self._all_joined()
         while True:
             sent_at = time.monotonic()
             response = await self._call("receive_message", **arguments)
             messages: list[dict[str, Any]] = response.get("Messages", [])
             if not messages:
-                self._trigger._lag = 0  # a long poll waits for any message: none is waiting
+                self._set_lag(0)  # a long poll waits for any message: none is waiting
                 continue
-            self._trigger.received += len(messages)
             held = [self._hold(message, sent_at) for message in messages]
-            for event in await self._events_of(messages, held):
-                self._trigger.events += 1
-                await self._buffer_slots.acquire()
-                self._events.put_nowait(event)
+            if self._expected() - set(self._readers):
+                for entry in held:
+                    entry.redeliver = True  # a watcher of the queue is not running now
+            for reader in list(self._readers.values()):
+                await self._hand(reader, messages, held)
+            for entry in held:
+                entry.dispatching = False
+                self._settle(entry)
+
+    async def _all_joined(self) -> None:
+        """Wait (a little) for the watchers expected on the queue, so none misses the first
+        messages."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(JOIN_WAIT_S):
+                while self._expected() - set(self._readers):
+                    self._joined.clear()
+                    await self._joined.wait()
+
+    async def _hand(
+        self, reader: _Reader, messages: list[dict[str, Any]], held: list[_InFlight]
+    ) -> None:
+        reader.trigger.received += len(messages)
+        for event, token, entries in await self._events_of(reader, messages, held):
+            reader.trigger.events += 1
+            await reader.slots.acquire()
+            if self._readers.get(reader.key) is not reader:
+                for entry in entries:
+                    entry.redeliver = True  # it left meanwhile
+                continue
+            for entry in entries:
+                entry.owners += 1
+            reader.unacked[token] = entries
+            reader.events.put_nowait(event)
+
+    def _settle(self, entry: _InFlight) -> None:
+        """Once every reader is done with the message: delete it, or leave it to reappear."""
+        if entry.dispatching or entry.owners or entry.acked:
+            return
+        if entry.redeliver:
+            self._in_flight.pop(entry.receipt_handle, None)  # no longer extended
+        else:
+            self._delete_later(entry)
 
     def _hold(self, message: dict[str, Any], sent_at: float) -> _InFlight:
         entry = _InFlight(
@@ -318,31 +514,33 @@ class _SqsSession:
         return entry
 
     async def _events_of(
-        self, messages: list[dict[str, Any]], held: list[_InFlight]
-    ) -> list[TriggerEvent]:
-        """Events for the messages that pass; filtered ones are deleted, failing ones handled."""
+        self, reader: _Reader, messages: list[dict[str, Any]], held: list[_InFlight]
+    ) -> list[tuple[TriggerEvent, object, list[_InFlight]]]:
+        """The reader's events of the messages that pass, with their ack tokens and messages;
+        filtered and failing messages are done for this reader."""
+        trigger = reader.trigger
         kept: list[tuple[Any, str | None, _InFlight]] = []
         for message, entry in zip(messages, held, strict=True):
             try:
-                prepared = self._trigger._prepare(message)
+                prepared = trigger._prepare(message)
             # A user's transform may raise anything: a bad message must not stop the watcher;
             # it is retried, then dead-lettered with the reason.
             except Exception as error:  # noqa: BLE001
-                await self._failed(message, entry, error)
+                await self._failed(trigger, message, entry, error)
                 continue
             if prepared is None:
-                self._trigger.filtered += 1
-                self._delete_later(entry)
+                trigger.filtered += 1
                 continue
             payload, partition_key = prepared
             kept.append((payload, partition_key, entry))
-        if not self._options["batch"]:
-            return [self._event(payload, key, [entry]) for payload, key, entry in kept]
+        if not trigger.serialize()[1]["batch"]:
+            return [self._event(reader, payload, key, [entry]) for payload, key, entry in kept]
         groups: dict[str | None, list[tuple[Any, _InFlight]]] = {}
         for payload, key, entry in kept:
             groups.setdefault(key, []).append((payload, entry))
         return [
             self._event(
+                reader,
                 {"message_batch": [payload for payload, _ in items]},
                 key,
                 [entry for _, entry in items],
@@ -351,25 +549,29 @@ class _SqsSession:
         ]
 
     def _event(
-        self, payload: Any, partition_key: str | None, entries: list[_InFlight]
-    ) -> TriggerEvent:
+        self, reader: _Reader, payload: Any, partition_key: str | None, entries: list[_InFlight]
+    ) -> tuple[TriggerEvent, object, list[_InFlight]]:
         ids = ",".join(entry.message_id for entry in entries)
+        token = object()
 
         async def ack() -> None:
-            self._ack(entries)
+            self._ack(reader, token, entries)
 
-        return TriggerEvent(
+        event = TriggerEvent(
             payload, dedup_key=f"{self._name}/{ids}", ack=ack, partition_key=partition_key
         )
+        return event, token, entries
 
-    def _ack(self, entries: list[_InFlight]) -> None:
+    def _ack(self, reader: _Reader, token: object, entries: list[_InFlight]) -> None:
         if self._closed:
             # The messages were made visible again at cleanup: redelivered, then deduplicated.
             self._log.warning("sqs_ack_after_cleanup", message_ids=[e.message_id for e in entries])
             return
+        if reader.unacked.pop(token, None) is None:
+            return  # acked already, or its reader left and the messages reappear for it
         for entry in entries:
-            if not entry.acked:
-                self._delete_later(entry)
+            entry.owners -= 1
+            self._settle(entry)
 
     def _delete_later(self, entry: _InFlight) -> None:
         entry.acked = True
@@ -378,10 +580,11 @@ class _SqsSession:
         if len(self._pending_deletes) >= MAX_MESSAGES:
             self._deletes_full.set()
 
-    async def _failed(self, message: dict[str, Any], entry: _InFlight, error: Exception) -> None:
+    async def _failed(
+        self, trigger: SqsTrigger, message: dict[str, Any], entry: _InFlight, error: Exception
+    ) -> None:
         """Leave a failing message for redelivery, or dead-letter it after ``max_receives``."""
-        self._trigger.failed += 1
-        self._in_flight.pop(entry.receipt_handle, None)
+        trigger.failed += 1
         reason = f"{type(error).__name__}: {error}"[:_MAX_REASON_CHARS]
         receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
         if receives < self._max_receives:
@@ -392,6 +595,7 @@ class _SqsSession:
                 receives=receives,
                 max_receives=self._max_receives,
             )
+            entry.redeliver = True
             return
         if self._dead_letter_url is None:
             self._log.error(
@@ -401,6 +605,7 @@ class _SqsSession:
                 receives=receives,
                 why="no dead_letter_queue and no RedrivePolicy: it stays in the queue",
             )
+            entry.redeliver = True
             return
         try:
             await self._call("send_message", **self._dead_letter_message(message, reason))
@@ -412,8 +617,9 @@ class _SqsSession:
                 error=str(send_error),
                 why="it stays in the queue and is retried on its next receive",
             )
+            entry.redeliver = True
             return
-        self._trigger.dead_lettered += 1
+        trigger.dead_lettered += 1
         self._log.error(
             "sqs_message_dead_lettered",
             message_id=entry.message_id,
@@ -421,8 +627,6 @@ class _SqsSession:
             receives=receives,
             dead_letter_queue=self._dead_letter_url,
         )
-        self._in_flight[entry.receipt_handle] = entry
-        self._delete_later(entry)
 
     def _dead_letter_message(self, message: dict[str, Any], reason: str) -> dict[str, Any]:
         ours = {
@@ -494,7 +698,8 @@ class _SqsSession:
             else:
                 retry.append(entry)
         done = len(batch) - len(retry)
-        self._trigger.deleted += len(response.get("Successful", []))
+        for reader in self._readers.values():
+            reader.trigger.deleted += len(response.get("Successful", []))
         for entry in batch:
             if entry not in retry:
                 self._in_flight.pop(entry.receipt_handle, None)

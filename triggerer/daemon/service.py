@@ -41,8 +41,9 @@ from triggerer.store.engine import async_url, deployment_id
 from triggerer.store.failures import STORE_ERRORS
 from triggerer.store.models import RunState
 from triggerer.store.types import utcnow
-from watchers import kafka_fetcher
+from watchers import kafka_fetcher, sqs_session
 from watchers.kafka import KafkaTrigger
+from watchers.sqs import SqsTrigger
 
 if TYPE_CHECKING:
     from triggerer.api.server import ApiServer
@@ -107,10 +108,12 @@ class Service:
             drain_timeout_s=settings.daemon.shutdown_grace_s,
         )
 
-        # Kafka watchers read through consumers shared per cluster, in groups of this deployment.
+        # Kafka watchers read through consumers shared per cluster, in groups of this deployment;
+        # SQS watchers of one queue share its poller.
         self.kafka = kafka_fetcher.Fetchers(
             kafka_fetcher.group_prefix(deployment_id(settings.database.url))
         )
+        self.sqs = sqs_session.Pollers()
 
         # Watcher states as last written, so a heartbeat writes only what changed.
         self._reported: dict[int, WatcherStatus] = {}
@@ -149,13 +152,15 @@ class Service:
             self.registry = await sync_definitions(session, loaded, changes)
         self.definitions_changed(changes)
         self.supervisor.update(task_group, self.registry.triggers)
+        triggers = [watched.trigger for watched in self.registry.triggers.values()]
         self.kafka.keep(
             {
-                watched.trigger.consumer_group
-                for watched in self.registry.triggers.values()
-                if isinstance(watched.trigger, KafkaTrigger) and watched.trigger.shared_fetch
+                trigger.consumer_group
+                for trigger in triggers
+                if isinstance(trigger, KafkaTrigger) and trigger.shared_fetch
             }
         )
+        self.sqs.keep(trigger for trigger in triggers if isinstance(trigger, SqsTrigger))
         self.scheduler.wake()
         log.info(
             "pipelines_loaded",
@@ -262,7 +267,7 @@ async def serve(
         await until_stored(service.recover, during="recover")
         # Bound before anything runs: a port in use stops the start with one clear error.
         api = _api_server(service) if settings.api.enabled else None
-        with kafka_fetcher.sharing(service.kafka):
+        with kafka_fetcher.sharing(service.kafka), sqs_session.sharing(service.sqs):
             await _run(service, api, engine, shutdown_trigger, task_status)
         try:
             await service.leave()

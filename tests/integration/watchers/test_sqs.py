@@ -1,10 +1,11 @@
-"""SqsTrigger against a real moto SQS server."""
+"""SqsTrigger against a real moto SQS server, alone and sharing its queue's poller."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
@@ -13,11 +14,12 @@ from aiobotocore.session import get_session
 from structlog.testing import capture_logs
 
 from triggerer.triggers import TriggerEvent, load_trigger
-from watchers import SqsTrigger
+from watchers import SqsTrigger, sqs_session
 from watchers.producers import send_sqs
 from watchers.sqs_session import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     DEAD_LETTER_SOURCE_ATTRIBUTE,
+    _queue_key,
     _SqsSession,
 )
 
@@ -414,14 +416,84 @@ async def test_lag_is_the_queue_backlog(
     assert trigger.lag is None
 
 
-def test_the_exclusive_source_is_the_queue_however_it_is_spelled() -> None:
-    local = "SQS queue sqs://orders?endpoint_url=http://127.0.0.1:5000"
-    assert SqsTrigger("http://127.0.0.1:5000/123456789012/orders").exclusive_sources() == (local,)
-    assert SqsTrigger("orders", endpoint_url="http://127.0.0.1:5000").exclusive_sources() == (
-        local,
-    )
+def test_one_queue_has_one_poller_however_it_is_spelled() -> None:
+    local = _queue_key(SqsTrigger("http://127.0.0.1:5000/123456789012/orders"))
+    assert _queue_key(SqsTrigger("orders", endpoint_url="http://127.0.0.1:5000")) == local
     aws = SqsTrigger("https://sqs.eu-west-1.amazonaws.com/123456789012/orders", batch=True)
-    assert aws.exclusive_sources() == ("SQS queue sqs://orders?region=eu-west-1",)
-    assert (
-        SqsTrigger("sqs://orders?region=eu-west-1").exclusive_sources() == aws.exclusive_sources()
+    assert _queue_key(SqsTrigger("sqs://orders?region=eu-west-1")) == _queue_key(aws)
+    assert _queue_key(aws) != local
+    assert _queue_key(SqsTrigger("sqs://orders?region=eu-west-1", connection="other")) != (
+        _queue_key(aws)
     )
+
+
+# -- watchers of one queue in the daemon share its poller
+
+
+def kind(value: str) -> dict[str, Any]:
+    return {"path": "$.body.kind", "equals": value}
+
+
+def trigger(queue_url: str, **options: Any) -> SqsTrigger:
+    return SqsTrigger(queue_url, wait_time_s=1, visibility_timeout_s=2, **options)
+
+
+@contextlib.contextmanager
+def shared(*triggers: SqsTrigger) -> Iterator[sqs_session.Pollers]:
+    """The daemon's sharing, expecting ``triggers`` as the watchers of their queues."""
+    pollers = sqs_session.Pollers()
+    pollers.keep(triggers)
+    with sqs_session.sharing(pollers):
+        yield pollers
+
+
+def bodies(events: list[Any]) -> list[int]:
+    return sorted(event.payload["body"]["n"] for event in events)
+
+
+async def test_watchers_of_one_queue_each_see_every_message_and_it_is_deleted_once_both_acked(
+    sqs: Any, sqs_queue: str
+) -> None:
+    await send(sqs, sqs_queue, *(json.dumps({"n": n, "kind": ("a", "b")[n % 2]}) for n in range(6)))
+    every, only_b = trigger(sqs_queue), trigger(sqs_queue, filter=kind("b"))
+
+    with shared(every, only_b):
+        async with running(every) as all_events, running(only_b) as b_events:
+            got_all, got_b = await asyncio.gather(take(all_events, 6), take(b_events, 3))
+            assert bodies(got_all) == list(range(6))
+            assert bodies(got_b) == [1, 3, 5]
+            for event in got_all:  # partial acks: the b messages still wait for only_b
+                assert event.ack is not None
+                await event.ack()
+            await until(lambda: every.deleted == 3)  # the a messages, filtered by only_b
+            assert await queue_size(sqs, sqs_queue) == 3
+            for event in got_b:
+                assert event.ack is not None
+                await event.ack()
+            await until(lambda: every.deleted == 6)
+    assert only_b.filtered == 3
+    assert await queue_size(sqs, sqs_queue) == 0
+
+
+async def test_a_message_reappears_for_a_watcher_that_was_not_running(
+    sqs: Any, sqs_queue: str
+) -> None:
+    [message_id] = await send(sqs, sqs_queue, json.dumps({"n": 1, "kind": "a"}))
+    present, absent = trigger(sqs_queue), trigger(sqs_queue, filter=kind("a"))
+
+    with shared(present, absent):
+        async with running(present) as present_events:
+            [first] = await take(present_events, 1, timeout_s=15)  # after the wait for absent
+            assert first.ack is not None
+            await first.ack()
+            assert present.deleted == 0  # kept: a watcher of the queue has not seen it
+            async with running(absent) as absent_events:
+                [late] = await take(absent_events, 1, timeout_s=15)  # once visible again
+                assert late.payload["message_id"] == message_id
+                [again] = await take(present_events, 1)  # the daemon stores it once (dedup key)
+                assert again.dedup_key == first.dedup_key
+                for event in (late, again):
+                    assert event.ack is not None
+                    await event.ack()
+                await until(lambda: present.deleted == 1)
+    assert await queue_size(sqs, sqs_queue) == 0
