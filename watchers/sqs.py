@@ -141,13 +141,10 @@ class SqsTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
-        pollers = sqs_session.current()
-        if pollers is None:
-            session = _SqsSession(self)
-            self._session, self._reader = session, reader = session, session.join(self)
-            await session.open()
-        else:
-            self._session, self._reader = session, reader = await pollers.join(self)
+        # On its own (outside the daemon), the trigger has a poller of its own.
+        pollers = sqs_session.current() or sqs_session.Pollers()
+        session, reader = await pollers.join(self)
+        self._session, self._reader = session, reader
         try:
             while True:
                 yield await session.next_event(reader)

@@ -286,6 +286,8 @@ async def _run(
     shutdown_trigger: Callable[[], Awaitable[object]] | None,
     task_status: anyio.abc.TaskStatus[None],
 ) -> None:
+    """Every part of the daemon in one task group until the shutdown trigger; then the drain:
+    watchers stop, ingest commits and acks what it holds, runs get their grace period."""
     settings = service.settings
     async with anyio.create_task_group() as task_group:
         task_group.start_soon(watch_event_loop)
