@@ -253,8 +253,11 @@ class KafkaTrigger(BaseEventTrigger):
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
     ) -> AsyncGenerator[TriggerEvent, None]:
+        messages = reader.messages
         while True:
-            record, cursor = await reader.next()
+            if not messages:
+                await reader.wait()
+            record, cursor = messages.popleft()
             ack = _SharedAck(self, cursor, record.offset)
             event = await self._handle(record, ack, apply, payload_filter)
             if event is None:

@@ -45,7 +45,7 @@ SHARED_OPTIONS = (
     "fetch_max_wait_ms",
     "commit_interval_ms",
 )
-#: Most messages taken from the consumer at a time.
+#: Most messages taken from the consumer at a time while no reader has joined.
 _MAX_RECORDS = 5000
 _CLOSE_TIMEOUT_S = 10.0
 _FETCHERS: contextvars.ContextVar[Fetchers | None] = contextvars.ContextVar(
@@ -165,33 +165,35 @@ class Reader:
         self.in_flight = 0  # handed over and not yet done
         self.arrived = asyncio.Event()
 
-    @property
-    def full(self) -> bool:
-        return self.in_flight >= self.trigger.max_in_flight
-
-    async def next(self) -> tuple[Record, Cursor]:
-        """The next message and its cursor; raises what stopped the fetcher."""
+    async def wait(self) -> None:
+        """Until :attr:`messages` holds something; raises what stopped the fetcher."""
         while not self.messages:
             self.fetcher.raise_failure()
             self.arrived.clear()
             await self.arrived.wait()
-        return self.messages.popleft()
 
-    def hand(self, record: Record, cursor: Cursor) -> None:
-        cursor.next = record.offset + 1
-        cursor.pending.append(record.offset)
-        self.in_flight += 1
-        self.messages.append((record, cursor))
-        self.arrived.set()
+    def hand(self, records: list[Record], cursor: Cursor) -> None:
+        """Hand over ``records`` from ``cursor.next`` on (all of them while it is unknown)."""
+        start = cursor.next
+        messages, pending = self.messages, cursor.pending
+        for record in records:
+            if start is None or record.offset >= start:
+                pending.append(record.offset)
+                messages.append((record, cursor))
+                self.in_flight += 1
+        last = records[-1].offset
+        if start is None or last >= start:
+            cursor.next = last + 1
+            self.arrived.set()
 
     def done(self, cursor: Cursor, offset: int) -> None:
         """The message at ``offset`` is acknowledged, filtered or dead-lettered."""
         if cursor.gone:
             return  # revoked or left: whoever reads the partition next reads it again
         cursor.done(offset)
-        was_full = self.full
         self.in_flight -= 1
-        self.fetcher.progressed(room=was_full and not self.full)
+        # Room again: a fetch loop waiting for this reader goes on.
+        self.fetcher.progressed(room=self.in_flight == self.trigger.max_in_flight - 1)
 
     def drop(self, cursors: list[Cursor]) -> None:
         """Forget ``cursors``: their messages not yet taken are dropped, their acks do nothing."""
@@ -201,7 +203,9 @@ class Reader:
             self.in_flight -= len(cursor.pending)
             self.cursors.pop(cursor.tp, None)
             gone.add(id(cursor))
-        self.messages = deque(m for m in self.messages if id(m[1]) not in gone)
+        kept = [m for m in self.messages if id(m[1]) not in gone]
+        self.messages.clear()  # in place: the trigger's loop holds this deque
+        self.messages.extend(kept)
 
     @property
     def lag_by_partition(self) -> dict[tuple[str, int], int]:
@@ -357,12 +361,13 @@ class SharedFetcher:
                 if loop.time() >= next_commit:
                     await self._commit_quietly(consumer, list(self._partitions.values()))
                     next_commit = loop.time() + self._commit_interval_s
-                if not self._flow(consumer):
+                room = self._room()
+                if room <= 0:
                     self._changed.clear()
                     with anyio.move_on_after(self._commit_interval_s):
-                        await self._changed.wait()  # every partition's readers are full
+                        await self._changed.wait()  # a reader has its fill
                     continue
-                batch = await poll(consumer, self.group_id, max_records=_MAX_RECORDS)
+                batch = await poll(consumer, self.group_id, max_records=room)
                 for tp, records in batch.items():
                     self._fan_out(tp, records)
         except asyncio.CancelledError:
@@ -385,21 +390,15 @@ class SharedFetcher:
             shared.base = records[0].offset
         shared.fetched = records[-1].offset + 1
         for cursor in shared.cursors:
-            reader = cursor.reader
-            for record in records:
-                if cursor.next is None or record.offset >= cursor.next:
-                    reader.hand(record, cursor)
+            cursor.reader.hand(records, cursor)
 
-    def _flow(self, consumer: AIOKafkaConsumer) -> bool:
-        """Pause the partitions read by a full reader, resume the others; False when every
-        assigned partition is paused."""
-        held = {tp for reader in self._readers.values() if reader.full for tp in reader.cursors}
-        assigned = set(self._partitions)
-        paused = consumer.paused()
-        if held != paused:
-            consumer.resume(*(paused - held))
-            consumer.pause(*(held & assigned))
-        return not assigned or bool(assigned - held)
+    def _room(self) -> int:
+        """How many messages every reader can still take (backpressure: the fullest reader
+        holds the fetch, as a consumer of its own would hold its own)."""
+        return min(
+            (r.trigger.max_in_flight - r.in_flight for r in self._readers.values()),
+            default=_MAX_RECORDS,
+        )
 
     def _topics(self) -> frozenset[str]:
         return frozenset().union(*(reader.topics for reader in self._readers.values()))

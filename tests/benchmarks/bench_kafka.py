@@ -4,7 +4,8 @@
 
 Starts its own tansu broker. The consumers read the same pre-produced topic in fresh groups;
 throughput is timed from the message after the first ``WARMUP`` share to the last one, so the
-consumer-group join and the first prefetch are not counted. The idle part runs
+consumer-group join and the first prefetch are not counted. KafkaTrigger runs twice: with a
+consumer of its own, and through a shared consumer as the daemon runs it. The idle part runs
 ``--idle-triggers`` KafkaTriggers, each on its own empty topic, and samples the process's RSS
 and CPU while they long-poll.
 """
@@ -31,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: put the repository root on the
 
 from deploy.local.services import tansu
 from tests.benchmarks.report import publish
+from watchers import kafka_fetcher
 from watchers.kafka import KafkaTrigger
 from watchers.payloads import decode_body
 
@@ -103,11 +105,23 @@ async def raw_loop(
         await consumer.stop()
 
 
-async def trigger_loop(bootstrap: str, topic: str, count: int, *, group_id: str) -> float:
-    """Events per second through KafkaTrigger, each event acknowledged."""
+async def trigger_loop(
+    bootstrap: str, topic: str, count: int, *, group_id: str, shared: bool = False
+) -> float:
+    """Events per second through KafkaTrigger, each event acknowledged: with a consumer of its
+    own, or (``shared``) through a shared consumer as in the daemon."""
     trigger = KafkaTrigger(
-        bootstrap_servers=bootstrap, topics=[topic], group_id=group_id, **GROUP_OPTIONS
+        bootstrap_servers=bootstrap,
+        topics=[topic],
+        group_id=group_id,
+        shared_fetch=shared,
+        **GROUP_OPTIONS,
     )
+    with kafka_fetcher.sharing(kafka_fetcher.Fetchers(group_id)):
+        return await _events_per_s(trigger, count)
+
+
+async def _events_per_s(trigger: KafkaTrigger, count: int) -> float:
     seen, warm, started = 0, int(count * WARMUP), 0.0
     events = trigger.run()
     try:
@@ -131,7 +145,7 @@ async def bench_throughput(bootstrap: str, messages: int) -> dict[str, Any]:
     await produce(bootstrap, topic, messages)
     # The three loops take turns, each in a fresh group, and each keeps its median: a burst of
     # load from elsewhere on the machine then skews one round, not one loop.
-    runs: dict[str, list[float]] = {"raw": [], "raw_decoded": [], "trigger": []}
+    runs: dict[str, list[float]] = {"raw": [], "raw_decoded": [], "trigger": [], "shared": []}
     for round_ in range(ROUNDS):
         runs["raw"].append(
             await raw_loop(bootstrap, topic, messages, group_id=f"{topic}-raw-{round_}")
@@ -144,7 +158,12 @@ async def bench_throughput(bootstrap: str, messages: int) -> dict[str, Any]:
         runs["trigger"].append(
             await trigger_loop(bootstrap, topic, messages, group_id=f"{topic}-trigger-{round_}")
         )
-    raw, raw_decoded, trigger = (statistics.median(runs[name]) for name in runs)
+        runs["shared"].append(
+            await trigger_loop(
+                bootstrap, topic, messages, group_id=f"{topic}-shared-{round_}", shared=True
+            )
+        )
+    raw, raw_decoded, trigger, shared = (statistics.median(runs[name]) for name in runs)
     return {
         "messages": messages,
         "rounds": ROUNDS,
@@ -155,6 +174,8 @@ async def bench_throughput(bootstrap: str, messages: int) -> dict[str, Any]:
         "trigger_events_per_s": round(trigger),
         "ratio": round(trigger / raw, 3),
         "ratio_to_raw_decoded": round(trigger / raw_decoded, 3),
+        "shared_consumer_events_per_s": round(shared),
+        "shared_ratio": round(shared / raw, 3),
     }
 
 
