@@ -335,16 +335,18 @@ _ACTIVE_RUNS = (
     .select_from(models.Run)
     .where(models.Run.pipeline_id == bindparam("pipeline_id"), models.Run.state.in_(ACTIVE_STATES))
 )
-# One index probe per asset (a backlog is not scanned), in one round trip however many assets.
-_ASSETS_WITH_QUEUED = select(models.Asset.id).where(
-    models.Asset.id.in_(bindparam("asset_ids", expanding=True)),
+# One index probe per asset, in one round trip however many assets: a scalar subquery with
+# LIMIT 1 runs once per asset row, where an EXISTS may be planned as a join over the backlog.
+_ASSETS_WITH_QUEUED = select(
+    models.Asset.id,
     select(models.QueuedEvent.id)
     .where(
         models.QueuedEvent.pipeline_id == bindparam("pipeline_id"),
         models.QueuedEvent.asset_id == models.Asset.id,
     )
-    .exists(),
-)
+    .limit(1)
+    .scalar_subquery(),
+).where(models.Asset.id.in_(bindparam("asset_ids", expanding=True)))
 _CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
     models.Pipeline.next_cron_at.is_not(None), models.Pipeline.is_active.is_(True)
 )
@@ -427,7 +429,8 @@ async def _assets_with_queued(
     if not asset_ids:
         return set()
     parameters = {"pipeline_id": pipeline_id, "asset_ids": sorted(asset_ids)}
-    return set((await session.scalars(_ASSETS_WITH_QUEUED, parameters)).all())
+    rows = await session.execute(_ASSETS_WITH_QUEUED, parameters)
+    return {asset_id for asset_id, queued in rows.all() if queued is not None}
 
 
 async def _alias_members(
