@@ -101,11 +101,15 @@ class Scheduler:
         if registry is not self._tidied_for:
             await self._drop_foreign_rows()
             self._tidied_for, self._everything = registry, True
-        # A full look at least every IDLE_WAKE_S, however often wakes come: events queued by
-        # other processes wake no one here on SQLite, and must not wait for a quiet moment.
+        # A look at least every IDLE_WAKE_S, however often wakes come: events queued by other
+        # processes wake no one here on SQLite, and must not wait for a quiet moment. That
+        # sweep needs only the pipelines with queued events: no other can start a run.
         now = anyio.current_time()
-        if self._everything or now - self._swept_at >= IDLE_WAKE_S:
+        if self._everything:
             dirty, self._everything, self._swept_at = set(registry.pipelines), False, now
+        elif now - self._swept_at >= IDLE_WAKE_S:
+            queued = await self._with_queued(registry)
+            dirty, self._swept_at = self._dirty | queued, now  # with the wakes of meanwhile
         else:
             dirty = self._dirty
         self._dirty = set()
@@ -114,6 +118,14 @@ class Scheduler:
             if pipeline is not None:
                 await self.schedule(pipeline, registry)
         return await self._fire_cron(registry)
+
+    async def _with_queued(self, registry: Registry) -> set[str]:
+        if not registry.pipelines:
+            return set()
+        async with self._sessions() as session:
+            parameters = {"pipeline_ids": sorted(registry.pipelines)}
+            rows = await session.execute(_PIPELINES_WITH_QUEUED, parameters)
+        return {pipeline_id for pipeline_id, queued in rows.all() if queued is not None}
 
     async def schedule(self, pipeline: Pipeline, registry: Registry) -> int:
         """Create every run the queued events of ``pipeline`` allow now; returns how many.
@@ -347,6 +359,14 @@ _ASSETS_WITH_QUEUED = select(
     .limit(1)
     .scalar_subquery(),
 ).where(models.Asset.id.in_(bindparam("asset_ids", expanding=True)))
+# As _ASSETS_WITH_QUEUED, per pipeline: one probe of the queue's (pipeline_id, id) index each.
+_PIPELINES_WITH_QUEUED = select(
+    models.Pipeline.pipeline_id,
+    select(models.QueuedEvent.id)
+    .where(models.QueuedEvent.pipeline_id == models.Pipeline.pipeline_id)
+    .limit(1)
+    .scalar_subquery(),
+).where(models.Pipeline.pipeline_id.in_(bindparam("pipeline_ids", expanding=True)))
 _CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
     models.Pipeline.next_cron_at.is_not(None), models.Pipeline.is_active.is_(True)
 )
