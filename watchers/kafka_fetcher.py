@@ -103,7 +103,7 @@ class Fetchers:
         options = trigger.serialize()[1]
         key = shared_key(options)
         fetcher = self._fetchers.get(key)
-        if fetcher is None or fetcher.failed:
+        if fetcher is None or fetcher.failed or fetcher.closing:
             fetcher = SharedFetcher(
                 trigger.consumer_settings(),
                 group_id=shared_group_id(self._prefix, options),
@@ -248,6 +248,8 @@ class SharedFetcher:
         self._subscribed: frozenset[str] = frozenset()
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
+        #: Its last reader left: it commits and stops, and takes no new reader.
+        self.closing = False
         self._changed = asyncio.Event()
         self._commit_lock = asyncio.Lock()
         self._dirty = False
@@ -286,6 +288,7 @@ class SharedFetcher:
         self._changed.set()
         if self._readers:
             return
+        self.closing = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
