@@ -97,8 +97,15 @@ def deployment_id(url: str | URL) -> str:
     """A short name for the metadata database at ``url`` (whatever its driver or password):
     the processes that share one database are one deployment."""
     parsed = async_url(url) if isinstance(url, str) else url
+    database = parsed.database or ""
+    if (
+        parsed.get_backend_name() == "sqlite"
+        and database
+        and not database.startswith((":memory:", "file:"))
+    ):
+        database = str(Path(database).expanduser().resolve())  # however the path was written
     place = f"{parsed.get_backend_name()}://{parsed.host or ''}:{parsed.port or ''}/"
-    return hashlib.sha256((place + (parsed.database or "")).encode()).hexdigest()[:12]
+    return hashlib.sha256((place + database).encode()).hexdigest()[:12]
 
 
 def create_engine(url: str) -> AsyncEngine:

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from triggerer.store import async_url, create_engine
+from triggerer.store.engine import deployment_id
 from triggerer.store.models import trigger_key
 
 
@@ -79,3 +80,16 @@ def test_trigger_key_ignores_kwarg_order() -> None:
     assert first == second
     assert len(first) == 64
     assert trigger_key("watchers.SqsTrigger", {"group": "g", "topics": ["a"]}) != first
+
+
+def test_the_deployment_is_the_database_however_its_url_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    sqlite = deployment_id("sqlite:///var/triggerer.db")
+    assert deployment_id(f"sqlite:///{tmp_path}/var/triggerer.db") == sqlite
+    assert deployment_id(f"sqlite+aiosqlite:///{tmp_path}/var/./triggerer.db") == sqlite
+    assert deployment_id("sqlite:///var/other.db") != sqlite
+    postgres = deployment_id("postgresql://app:secret@db:5432/triggerer")
+    assert deployment_id("postgresql+psycopg://app:other@db:5432/triggerer") == postgres
+    assert deployment_id("postgresql://app@db:5432/staging") != postgres
