@@ -206,6 +206,9 @@ class _SqsSession:
                 options=differing,
                 why="watchers of one queue share its poller, set up by the first of them",
             )
+        old = self._readers.get(key)
+        if old is not None:  # an instance the daemon gave up on: the new one takes its place
+            self._drop(old)
         buffer = self._options["receivers"] * (1 if options["batch"] else MAX_MESSAGES)
         reader = self._readers[key] = _Reader(trigger, key, buffer)
         self._joined.set()
@@ -221,7 +224,12 @@ class _SqsSession:
             await self.close()  # flushes the deletes and releases every message not acked
             del self._readers[reader.key]
             return
+        self._drop(reader)
+
+    def _drop(self, reader: _Reader) -> None:
+        """Stop handing ``reader`` messages; those of its events not yet acked reappear."""
         del self._readers[reader.key]
+        reader.reading = False
         unacked, reader.unacked = reader.unacked, {}
         for _ in range(reader.buffer):
             reader.slots.release()  # a receive loop waiting for room goes on without it
