@@ -21,11 +21,23 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import structlog
-from sqlalchemy import and_, bindparam, delete, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -44,6 +56,9 @@ if TYPE_CHECKING:
     from triggerer.pipelines import Pipeline
 
 log = structlog.get_logger(__name__)
+
+K = TypeVar("K", int, str)
+"""A key of pipelines or assets, as :func:`_queued_keys` takes them."""
 
 ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.UP_FOR_RETRY)
 IDLE_WAKE_S = 5.0
@@ -120,12 +135,8 @@ class Scheduler:
         return await self._fire_cron(registry)
 
     async def _with_queued(self, registry: Registry) -> set[str]:
-        if not registry.pipelines:
-            return set()
         async with self._sessions() as session:
-            parameters = {"pipeline_ids": sorted(registry.pipelines)}
-            rows = await session.execute(_PIPELINES_WITH_QUEUED, parameters)
-        return {pipeline_id for pipeline_id, queued in rows.all() if queued is not None}
+            return await _queued_keys(session, _PIPELINES_WITH_QUEUED, set(registry.pipelines))
 
     async def schedule(self, pipeline: Pipeline, registry: Registry) -> int:
         """Create every run the queued events of ``pipeline`` allow now; returns how many.
@@ -347,26 +358,24 @@ _ACTIVE_RUNS = (
     .select_from(models.Run)
     .where(models.Run.pipeline_id == bindparam("pipeline_id"), models.Run.state.in_(ACTIVE_STATES))
 )
-# One index probe per asset, in one round trip however many assets: a scalar subquery with
-# LIMIT 1 runs once per asset row, where an EXISTS may be planned as a join over the backlog.
-_ASSETS_WITH_QUEUED = select(
+
+
+def _with_queued_rows(key: Any, *match: ColumnElement[bool]) -> Select[Any]:
+    """Each ``key`` in the bound list ``keys``, with the id of a queue row ``match`` finds for
+    it (NULL when none): a scalar subquery with LIMIT 1 runs as one index probe per key, in one
+    round trip however many keys, where an EXISTS may be planned as a join over the backlog."""
+    first = select(models.QueuedEvent.id).where(*match).limit(1).scalar_subquery()
+    return select(key, first).where(key.in_(bindparam("keys", expanding=True)))
+
+
+_ASSETS_WITH_QUEUED = _with_queued_rows(
     models.Asset.id,
-    select(models.QueuedEvent.id)
-    .where(
-        models.QueuedEvent.pipeline_id == bindparam("pipeline_id"),
-        models.QueuedEvent.asset_id == models.Asset.id,
-    )
-    .limit(1)
-    .scalar_subquery(),
-).where(models.Asset.id.in_(bindparam("asset_ids", expanding=True)))
-# As _ASSETS_WITH_QUEUED, per pipeline: one probe of the queue's (pipeline_id, id) index each.
-_PIPELINES_WITH_QUEUED = select(
-    models.Pipeline.pipeline_id,
-    select(models.QueuedEvent.id)
-    .where(models.QueuedEvent.pipeline_id == models.Pipeline.pipeline_id)
-    .limit(1)
-    .scalar_subquery(),
-).where(models.Pipeline.pipeline_id.in_(bindparam("pipeline_ids", expanding=True)))
+    models.QueuedEvent.pipeline_id == bindparam("pipeline_id"),
+    models.QueuedEvent.asset_id == models.Asset.id,
+)
+_PIPELINES_WITH_QUEUED = _with_queued_rows(
+    models.Pipeline.pipeline_id, models.QueuedEvent.pipeline_id == models.Pipeline.pipeline_id
+)
 _CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
     models.Pipeline.next_cron_at.is_not(None), models.Pipeline.is_active.is_(True)
 )
@@ -446,11 +455,17 @@ async def _queued(session: AsyncSession, pipeline_id: str) -> list[Queued]:
 async def _assets_with_queued(
     session: AsyncSession, pipeline_id: str, asset_ids: set[int]
 ) -> set[int]:
-    if not asset_ids:
+    return await _queued_keys(session, _ASSETS_WITH_QUEUED, asset_ids, pipeline_id=pipeline_id)
+
+
+async def _queued_keys(
+    session: AsyncSession, probes: Select[Any], keys: set[K], **parameters: object
+) -> set[K]:
+    """The ``keys`` that ``probes`` (made by :func:`_with_queued_rows`) finds queue rows for."""
+    if not keys:
         return set()
-    parameters = {"pipeline_id": pipeline_id, "asset_ids": sorted(asset_ids)}
-    rows = await session.execute(_ASSETS_WITH_QUEUED, parameters)
-    return {asset_id for asset_id, queued in rows.all() if queued is not None}
+    rows = await session.execute(probes, {"keys": sorted(keys), **parameters})
+    return {key for key, queued in rows.all() if queued is not None}
 
 
 async def _alias_members(
