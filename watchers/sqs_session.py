@@ -127,6 +127,7 @@ class _Reader:
     trigger: SqsTrigger
     key: str
     buffer: int
+    batch: bool
     events: asyncio.Queue[TriggerEvent | _Failure] = dataclasses.field(
         default_factory=asyncio.Queue
     )
@@ -210,7 +211,7 @@ class _SqsSession:
         if old is not None:  # an instance the daemon gave up on: the new one takes its place
             self._drop(old)
         buffer = self._options["receivers"] * (1 if options["batch"] else MAX_MESSAGES)
-        reader = self._readers[key] = _Reader(trigger, key, buffer)
+        reader = self._readers[key] = _Reader(trigger, key, buffer, options["batch"])
         self._joined.set()
         return reader
 
@@ -541,7 +542,7 @@ class _SqsSession:
                 continue
             payload, partition_key = prepared
             kept.append((payload, partition_key, entry))
-        if not trigger.serialize()[1]["batch"]:
+        if not reader.batch:
             return [self._event(reader, payload, key, [entry]) for payload, key, entry in kept]
         groups: dict[str | None, list[tuple[Any, _InFlight]]] = {}
         for payload, key, entry in kept:
