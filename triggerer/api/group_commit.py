@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 500
 """Events per transaction at most; more waiting go in the next one."""
+LINGER_S = 0.002
+"""Under load, how long a batch waits for the clients just answered to post again."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -63,6 +65,8 @@ class GroupCommit:
         self._events_recorded = events_recorded
         self._waiting: list[_Post] = []
         self._writer: asyncio.Task[None] | None = None
+        self._wanted = 0
+        self._enough = asyncio.Event()
 
     async def create(self, event: NewAssetEvent) -> CreatedEvent:
         """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``) and
@@ -70,6 +74,8 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         post = _Post(event, loop.create_future())
         self._waiting.append(post)
+        if len(self._waiting) >= self._wanted:
+            self._enough.set()
         if self._writer is None:
             # A task of its own, not the request's: a request that is cancelled while its
             # batch commits cancels nothing else.
@@ -77,12 +83,33 @@ class GroupCommit:
         return await asyncio.shield(post.answer)
 
     async def _write_all(self) -> None:
+        # Clients posting one event after another each have a post in the batch being written
+        # or waiting for the next; while they keep coming, the next batch waits a moment for
+        # all of them, so a transaction serves every client instead of every other one.
+        clients = 0
         try:
-            while self._waiting:
+            while True:
+                if len(self._waiting) < clients:
+                    await self._gather(clients)
+                if not self._waiting:
+                    break
                 batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
                 await self._commit(batch)
+                clients = len(batch) + len(self._waiting)
         finally:
             self._writer = None
+
+    async def _gather(self, posts: int) -> None:
+        """Wait until ``posts`` are waiting, or for :data:`LINGER_S` at most."""
+        self._wanted = posts
+        self._enough.clear()
+        try:
+            async with asyncio.timeout(LINGER_S):
+                await self._enough.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._wanted = 0
 
     async def _commit(self, posts: list[_Post]) -> None:
         # Requests are answered once the transaction has ended, never while it holds a

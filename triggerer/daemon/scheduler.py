@@ -63,6 +63,9 @@ K = TypeVar("K", int, str)
 ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.UP_FOR_RETRY)
 IDLE_WAKE_S = 5.0
 """Without a wake, everything is looked at again this often (events from other processes)."""
+PASS_SPACING_S = 0.01
+"""Passes start at most this often: under a stream of commits, the wakes of that time make one
+pass instead of a pass each (a lone event, coming after a quiet moment, waits for nothing)."""
 
 
 class ConsumedElsewhere(Exception):
@@ -106,6 +109,7 @@ class Scheduler:
             metrics.SCHEDULER_PASS.observe(anyio.current_time() - started)
             with anyio.move_on_after(wait_s):
                 await self._woken.wait()
+            await anyio.sleep_until(started + PASS_SPACING_S)
 
     async def run_once(self) -> float:
         """One pass: the pipelines named by the wakes since the last pass (all of them on the

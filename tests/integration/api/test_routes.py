@@ -3,6 +3,7 @@ queued events, pausing, runs, explain, lineage, dead letters, health; and each 4
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,25 @@ async def test_concurrent_posts_share_transactions_and_each_gets_its_own_answer(
     # Fewer transactions than requests: the posts waiting while one commits go in the next.
     assert len(api.calls.recorded) < len(created)
     assert sum(len(r.events) for r in api.calls.recorded) == len(created)
+
+
+async def test_clients_posting_one_after_another_share_each_transaction(api: Api) -> None:
+    clients, rounds = 8, 10
+
+    async def post_in_turn(client: int) -> None:
+        for index in range(rounds):
+            await emit(api, "orders", extra={"client": client, "i": index})
+            await anyio.sleep(0.0005)  # the answer's way back and the next request's way in
+
+    async with anyio.create_task_group() as group:
+        for client in range(clients):
+            group.start_soon(post_in_turn, client)
+
+    sizes = [len(recorded.events) for recorded in api.calls.recorded]
+    assert sum(sizes) == clients * rounds
+    # A batch waits for the clients it answered: not full batches alternating with near-empty
+    # ones (those answered post again while the others' batch commits).
+    assert statistics.median(sizes) == clients
 
 
 @pytest.mark.parametrize(

@@ -210,6 +210,42 @@ async def test_a_busy_scheduler_still_looks_at_everything_every_idle_period(
         group.cancel_scope.cancel()
 
 
+async def test_a_stream_of_wakes_makes_a_pass_per_spacing_not_one_per_wake(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a stream of commits each waking it, the scheduler passes no more often than
+    PASS_SPACING_S, and the last wake still gets its pass."""
+    import anyio
+
+    from triggerer.daemon import scheduler
+
+    monkeypatch.setattr(scheduler, "PASS_SPACING_S", 0.05)
+    passes = 0
+    pass_once = harness.scheduler.run_once
+
+    async def counted() -> float:
+        nonlocal passes
+        passes += 1
+        return await pass_once()
+
+    monkeypatch.setattr(harness.scheduler, "run_once", counted)
+    async with anyio.create_task_group() as group:
+        group.start_soon(harness.scheduler.run)
+        await anyio.sleep(0.1)  # past the first full look
+        before, started = passes, anyio.current_time()
+        for _ in range(100):
+            harness.scheduler.wake(["pairs"])
+            await anyio.sleep(0.002)
+        await harness.emit("c")
+        harness.scheduler.wake(["each_c"])
+        with anyio.fail_after(10):
+            while not await harness.runs("each_c"):  # noqa: ASYNC110  # polls the store, as a user would
+                await anyio.sleep(0.01)
+        elapsed = anyio.current_time() - started
+        group.cancel_scope.cancel()
+    assert passes - before <= elapsed / 0.05 + 2
+
+
 async def test_redelivered_event_with_same_dedup_key_is_not_stored_twice(harness: Harness) -> None:
     asset_id = next(i for i, asset in harness.registry.assets.items() if asset.name == "c")
     event = NewEvent(asset_id, {}, "trigger", dedup_key="topic/0/7")
