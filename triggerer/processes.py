@@ -7,9 +7,9 @@ import importlib.util
 import os
 import signal
 import sys
+from typing import Protocol
 
 import anyio
-import anyio.abc
 
 KILL_GRACE_S = 5.0
 """How long a process group has after SIGTERM before SIGKILL."""
@@ -44,7 +44,16 @@ def spark_home() -> str:
     return os.path.dirname(spec.origin)
 
 
-async def terminate(process: anyio.abc.Process) -> None:
+class Process(Protocol):
+    """What :func:`terminate` needs of a process: a started one, or a run the forker forked."""
+
+    @property
+    def pid(self) -> int: ...
+
+    async def wait(self) -> int: ...
+
+
+async def terminate(process: Process) -> None:
     """End ``process`` and its process group: SIGTERM, then SIGKILL after ``KILL_GRACE_S``."""
     try:
         os.killpg(process.pid, signal.SIGTERM)

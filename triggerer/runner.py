@@ -2,8 +2,8 @@
 
 ``python -m triggerer.runner SPEC RESULT`` reads the run spec (JSON, written by the launcher),
 runs the pipeline and writes what it emitted to RESULT. Its stdout and stderr are the run log.
-In ``submit`` mode spark-submit runs this module as the application. ``--spare`` instead of
-SPEC RESULT: a runner started before its run, which it reads from stdin.
+In ``submit`` mode spark-submit runs this module as the application; on Spark Connect a run is
+a fork of ``triggerer.run_forker``, which calls :func:`main` instead.
 """
 
 from __future__ import annotations
@@ -30,14 +30,9 @@ from triggerer.pipelines import Metadata, Pipeline
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(argv if argv is not None else sys.argv[1:])
-    # Started by the daemon, this process is tied to it already; in submit mode it is the
-    # child of spark-submit's JVM, and goes with it.
+    # Started by the daemon (or forked by the run forker), this process is tied to it
+    # already; in submit mode it is the child of spark-submit's JVM, and goes with it.
     die_with_parent()
-    if arguments == ["--spare"]:
-        run = _wait_for_a_run()
-        if run is None:
-            return 0  # the daemon stopped first
-        arguments = run
     spec_path, result_path = arguments[:2]
     spec = json.loads(Path(spec_path).read_text())
     pipeline = _find_pipeline(spec["fileloc"], spec["pipeline_id"])
@@ -67,24 +62,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             spark.stop()  # a Connect session is released on the server, a local JVM ends
     Path(result_path).write_text(json.dumps(collect_outlets(context)))
     return 0
-
-
-def _wait_for_a_run() -> list[str] | None:
-    """A spare runner (see :mod:`triggerer.daemon.spare_runner`): import what a Spark Connect
-    run needs, then wait for the run on stdin (spec, result and log paths, one per line) and
-    make the log this process's stdout and stderr. None when stdin closes without a run."""
-    import pyspark.sql.connect.session  # noqa: F401  # the second it takes is why spares exist
-
-    lines = sys.stdin.read().splitlines()
-    if len(lines) != 3:
-        return None
-    spec_path, result_path, log_path = lines
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-        os.dup2(log, stream.fileno())
-    os.close(log)
-    return [spec_path, result_path]
 
 
 class ClassicSparkNeeded(RuntimeError):

@@ -1,7 +1,8 @@
 """The embedded default, ``[spark] mode = "local"``, through ``triggerer run``: the daemon keeps
 one Spark Connect server warm on loopback and every run is a client of it; killed, the server is
 started again and runs go on; a pipeline that needs classic Spark fails naming the mode that has
-it; SIGTERM leaves no server behind."""
+it; runs are forks of a run forker, a new one after the server's restart; SIGTERM leaves no
+server or forker behind."""
 
 from __future__ import annotations
 
@@ -97,8 +98,29 @@ async def test_runs_use_the_daemons_warm_connect_server_which_is_restarted_and_s
         assert second["pid"] != first["pid"]
         await trigger(env, "count")
         assert (await ended(url, 4))["count"] == ["success"] * 3
+        # That run needed the new server's token: a new run forker forked it, and the one of
+        # before, its runs ended, is gone.
+        assert daemon.process is not None
+        with anyio.fail_after(30):
+            while len(forkers := run_forkers(daemon.process.pid)) != 1:  # noqa: ASYNC110
+                await anyio.sleep(0.1)
 
         daemon.signal(signal.SIGTERM)
         assert await daemon.wait(60) == 0
     assert not alive(first["pid"])
     assert not alive(second["pid"])
+    assert not alive(forkers[0])
+
+
+def run_forkers(daemon_pid: int) -> list[int]:
+    """The run forker processes the daemon started."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if parent == daemon_pid and b"triggerer.run_forker" in command:
+            found.append(int(stat.parent.name))
+    return found

@@ -28,9 +28,9 @@ from triggerer import lifeline, metrics, runner
 from triggerer.assets import Asset, AssetAlias
 from triggerer.daemon.backoff import until_stored
 from triggerer.daemon.registry import DefinitionChanges, Registry, ensure_alias, ensure_asset
-from triggerer.daemon.spare_runner import SpareRunner
+from triggerer.daemon.run_forks import RunForks
 from triggerer.events import NewEvent, Recorded, record_events
-from triggerer.processes import spark_env, terminate
+from triggerer.processes import Process, spark_env, terminate
 from triggerer.store import models
 from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource, RunState
@@ -71,7 +71,7 @@ class Launcher:
     ) -> None:
         self._sessions = sessions
         self._spark_server = spark_server
-        self._spare_runner = SpareRunner(self._run_env)
+        self._run_forks = RunForks(self._run_env)
         self._registry = registry
         self._settings = settings
         self._instance_id = instance_id
@@ -106,6 +106,7 @@ class Launcher:
     async def run(self, task_group: TaskGroup) -> None:
         """Claim runs, oldest first and at most ``[runs] parallelism`` in progress at once, and
         start them in ``task_group`` until cancelled or stopped."""
+        self._run_forks.serve_in(task_group)
         try:
             while self._accepting:
                 if self._spark_server is not None:
@@ -125,7 +126,7 @@ class Launcher:
                     await self._woken.wait()
         finally:
             with anyio.CancelScope(shield=True):
-                await self._spare_runner.close()
+                await self._run_forks.close()
 
     async def _claimable(self, limit: int) -> list[int]:
         async with self._sessions() as session:
@@ -208,8 +209,9 @@ class Launcher:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
         await anyio.Path(spec_path).write_text(json.dumps(spec))
+        process: Process
         if spec["spark"]["mode"] == "connect":
-            process = await self._spare_runner.start_run(spec_path, result_path, log_path)
+            process = await self._run_forks.start_run(spec_path, result_path, log_path)
         else:
             env = self._run_env()
             command = _command(self._settings, spec_path, result_path, env["SPARK_HOME"])

@@ -239,7 +239,7 @@ async def test_a_stream_of_wakes_makes_a_pass_per_spacing_not_one_per_wake(
         await harness.emit("c")
         harness.scheduler.wake(["each_c"])
         with anyio.fail_after(10):
-            while not await harness.runs("each_c"):  # noqa: ASYNC110  # polls the store, as a user would
+            while not await harness.runs("each_c"):  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         elapsed = anyio.current_time() - started
         group.cancel_scope.cancel()
