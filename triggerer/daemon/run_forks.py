@@ -84,12 +84,15 @@ class _Forker:
                 elif (ended := self._runs.pop(pid, None)) is not None:
                     ended.ended(returncode[0])
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
-            pass  # it exited
+            await self.process.wait()  # it exited
         finally:
             self._forked_in.close()
             self._forked.close()
             for run in self._runs.values():
                 run.ended(-signal.SIGKILL)  # they died with it
+            with anyio.CancelScope(shield=True):
+                await self.process.stdout.aclose()
+                await self.take_no_more()
 
 
 class RunForks:

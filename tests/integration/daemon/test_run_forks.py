@@ -51,8 +51,7 @@ async def forking(folder: Path) -> AsyncIterator[Forks]:
     async with anyio.create_task_group() as group:
         run_forks.serve_in(group)
         yield Forks(folder, run_forks, env)
-        await run_forks.close()
-        group.cancel_scope.cancel()
+        await run_forks.close()  # the forker exits, its runs ended: the group ends
 
 
 def parent_of(pid: int) -> int:
