@@ -60,9 +60,12 @@ class _Forker:
             raise _ForkerGone
         try:
             await self.process.stdin.send(request)
-            return await self._forked.receive()
+            # Asked, the answer is this run's, whoever is cancelled: never the next run's.
+            with anyio.CancelScope(shield=True):
+                forked = await self._forked.receive()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
             raise _ForkerGone from None
+        return forked
 
     async def take_no_more(self) -> None:
         """Close its stdin: it exits once its runs have ended."""
