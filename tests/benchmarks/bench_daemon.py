@@ -55,6 +55,10 @@ Parts:
   than three intervals stale). ``idle_kafka`` also measures the floor alongside: one plain
   aiokafka consumer of the same topics (the shared consumer's own cost: every fetch names
   every partition), as a ratio.
+- ``idle_demo``: ``triggerer run`` on the demo configuration (``config/triggerer.toml``: local
+  Spark, SQLite, the API, the demo's Kafka, SQS and file watchers; its moto server started here),
+  left alone once it settled: CPU of the daemon's process (its Spark server and run forker are
+  processes of their own) and how often each of its threads woke. Goal: under 1 % of a core.
 - ``fanout_kafka``: N watchers of one topic with different filters, on pre-produced messages,
   first through the shared consumer, then each with a consumer of its own: messages fetched
   from the broker, time until every event is stored, and the daemon's CPU seconds.
@@ -88,7 +92,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 if __package__ in (None, ""):  # run as a script: put the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from deploy.local.services import spark_connect, tansu
+from deploy.local import demo
+from deploy.local.services import DUMMY_AWS_ENV, moto, spark_connect, tansu
 from tests.benchmarks.bench_kafka import MESSAGE_BYTES, PARTITIONS, create_topics, produce, rss_mb
 from tests.benchmarks.daemon_probe import (
     Probe,
@@ -117,6 +122,7 @@ from watchers.kafka import KafkaTrigger
 PARTS = (
     "idle_kafka",
     "idle_file",
+    "idle_demo",
     "fanout_kafka",
     "latency",
     "spark_local",
@@ -147,7 +153,12 @@ QUICK = {
     "fanout_watchers": 10,
     "fanout_messages": 500,
 }
-GOALS = {"run_created_p50_ms": 20.0, "run_created_p99_ms": 100.0, "pg_events_per_s": 10_000}
+GOALS = {
+    "demo_idle_cpu_percent": 1.0,
+    "run_created_p50_ms": 20.0,
+    "run_created_p99_ms": 100.0,
+    "pg_events_per_s": 10_000,
+}
 LATENCY_WARMUP = 3
 RAW_LATENCY_MESSAGES = 50
 GAP_SEED = 20_260_316
@@ -918,6 +929,73 @@ async def raw_idle_cpu_percent(bootstrap: str, topics: list[str], seconds: float
     return percent
 
 
+# -- the demo's daemon, idle
+
+DEMO_SETTLE_S = 30.0
+"""Its Spark server's start, the watchers' joins and the first heartbeats, before measuring."""
+
+
+async def part_idle_demo(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    sqs = moto(workdir)
+    sqs.start()
+    endpoint = f"http://{sqs.address}"
+    env = {
+        **os.environ,
+        **DUMMY_AWS_ENV,
+        "TRIGGERER_CONFIG": str(demo.ROOT / "config" / "triggerer.toml"),
+        "TRIGGERER_DEMO_KAFKA": args.bootstrap,
+        "TRIGGERER_DEMO_SQS": f"sqs://customers?region=us-east-1&endpoint_url={endpoint}",
+        "TRIGGERER_DATABASE__URL": f"sqlite:///{workdir / 'triggerer.db'}",
+        "TRIGGERER_SPARK__LOGS_DIR": str(workdir / "logs"),
+        "TRIGGERER_API__PORT": "0",
+    }
+    try:
+        with contextlib.suppress(Exception):  # the topic is there from an earlier part
+            await demo._create_queue_and_topic(endpoint, args.bootstrap)
+        with (workdir / "daemon.log").open("ab") as log:
+            daemon_process = await anyio.open_process(
+                [str(demo.TRIGGERER), "run"], cwd=demo.ROOT, env=env, stderr=log
+            )
+        try:
+            await anyio.sleep(DEMO_SETTLE_S)
+            before, wall = thread_activity(daemon_process.pid), time.time()
+            # Three times the watchers' window: a fraction of a percent is a few clock ticks.
+            await anyio.sleep(3 * args.idle_seconds)
+            after, seconds = thread_activity(daemon_process.pid), time.time() - wall
+        finally:
+            daemon_process.terminate()
+            with anyio.fail_after(60):
+                await daemon_process.wait()
+    finally:
+        sqs.stop()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu_percent = 100 * sum(after[t][1] - before[t][1] for t in after if t in before)
+    wakes = sorted(
+        (round((after[t][0] - before[t][0]) / seconds, 1) for t in after if t in before),
+        reverse=True,
+    )
+    return {
+        "idle_seconds": round(seconds, 1),
+        "cpu_percent": round(cpu_percent / ticks / seconds, 2),
+        "wakes_per_s_by_thread": wakes,
+        "goal_cpu_percent": GOALS["demo_idle_cpu_percent"],
+    }
+
+
+def thread_activity(pid: int) -> dict[str, tuple[int, int]]:
+    """For each thread of ``pid``: (context switches, CPU ticks) so far."""
+    activity = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            status = (task / "status").read_text()
+            switches = sum(
+                int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line
+            )
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            activity[task.name] = (switches, int(fields[11]) + int(fields[12]))
+    return activity
+
+
 # -- many watchers of one topic
 
 
@@ -999,6 +1077,8 @@ async def run_part(args: argparse.Namespace) -> dict[str, Any]:
             return await part_spark(args, workdir, part.removeprefix("spark_"))
         if part.startswith("throughput_"):
             return await part_throughput(args, workdir, part.removeprefix("throughput_"))
+        if part == "idle_demo":
+            return await part_idle_demo(args, workdir)
         if part.startswith("idle_"):
             return await part_idle(args, workdir, part.removeprefix("idle_"))
         if part == "fanout_kafka":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
@@ -22,13 +23,27 @@ log = structlog.get_logger(__name__)
 
 GRACEFUL_SHUTDOWN_S = 5.0
 """How long requests in progress may finish once the daemon stops."""
+TICK_S = 1.0
+"""How often the server looks at its state while nothing stops it."""
 
 
 class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.stopped = asyncio.Event()
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         # SIGTERM and SIGINT are the daemon's: it stops the API with the rest.
         yield
+
+    async def main_loop(self) -> None:
+        # uvicorn wakes ten times a second to see whether it should stop; an idle daemon
+        # should not. Once a second (the Date header's resolution; a tick numbered 0 renews
+        # it) and at once when stopped.
+        while not await self.on_tick(0):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopped.wait(), TICK_S)
 
 
 class ApiServer:
@@ -71,6 +86,7 @@ class ApiServer:
     def stop(self) -> None:
         """Stop accepting requests; those in progress get a few seconds to finish."""
         self._server.should_exit = True
+        self._server.stopped.set()
 
 
 def _bind(host: str, port: int) -> socket.socket:

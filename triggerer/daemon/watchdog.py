@@ -16,7 +16,9 @@ from triggerer import metrics
 
 log = structlog.get_logger(__name__)
 
-INTERVAL_S = 0.1
+INTERVAL_S = 0.25
+"""A block of BLOCKED_AFTER_S + INTERVAL_S or more is always seen; a shorter one, past the
+threshold, when it covers a wake-up."""
 BLOCKED_AFTER_S = 0.5
 
 
