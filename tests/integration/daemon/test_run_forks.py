@@ -85,15 +85,20 @@ async def test_a_run_is_a_fork_in_a_group_of_its_own_with_its_log_and_returncode
 
 
 async def _a_run_is_a_fork(forks: Forks) -> None:
+    forks.env["WAIT"] = "1"  # alive while they are looked at
     first, first_log = await forks.start()
     second, second_log = await forks.start()
+    await until_logged(first_log, "forked with first")
+    await until_logged(second_log, "forked with first")
     assert parent_of(first.pid) == parent_of(second.pid) != os.getpid()  # the one forker
     assert os.getpgid(first.pid) == first.pid
-    assert (await ended(first), await ended(second)) == (1, 1)
-    log = first_log.read_text()
-    assert "forked with first" in log
-    assert "pipeline 'absent' is no longer defined" in log
-    assert "no longer defined" in second_log.read_text()
+    for run in (first, second):
+        os.killpg(run.pid, signal.SIGTERM)
+        assert await ended(run) == -signal.SIGTERM
+    del forks.env["WAIT"]
+    failing, log = await forks.start()
+    assert await ended(failing) == 1
+    assert "pipeline 'absent' is no longer defined" in log.read_text()
 
 
 async def test_runs_of_a_forker_that_died_end_killed_and_the_next_run_gets_a_new_one(
@@ -129,12 +134,12 @@ async def _a_new_environment_gets_a_new_forker(forks: Forks) -> None:
     old_run, old_log = await forks.start()
     await until_logged(old_log, "forked with first")
     old_forker = parent_of(old_run.pid)
-    forks.env.pop("WAIT")
     forks.env["MARKER"] = "second"
     new_run, new_log = await forks.start()
+    await until_logged(new_log, "forked with second")
     assert parent_of(new_run.pid) != old_forker
-    assert await ended(new_run) == 1
-    assert "forked with second" in new_log.read_text()
+    os.killpg(new_run.pid, signal.SIGTERM)
+    assert await ended(new_run) == -signal.SIGTERM
     # The old forker takes no more runs but waits for its run, which is not cut short.
     assert exists(old_forker)
     os.killpg(old_run.pid, signal.SIGTERM)
