@@ -1,7 +1,7 @@
 """The warm Spark of ``[spark] mode = "local"``: one Spark Connect server the daemon starts on
 loopback, restarts when it dies and stops with itself. Each run connects to it with a session
 of its own (temporary views and SQL conf stay per run) while the JVM stays warm: a run starts in
-about a second instead of the ten a JVM of its own takes.
+under half a second (forked by the run forker) instead of the ten a JVM of its own takes.
 
 The server is spark-submit running ``SparkConnectServer`` in the foreground, a child of the
 daemon tied to it like a run (:mod:`triggerer.lifeline`), on a free loopback port, with a token
