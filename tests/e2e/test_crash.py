@@ -199,15 +199,26 @@ async def test_check_passes_while_the_daemon_runs_and_fails_once_it_stopped(
 
 
 SLOW = """
+    import os
     import time
 
     done = Asset("done")
 
     @pipeline(schedule=stream, outlets=[done])
     def slow(spark, context):
+        print("run process", os.getpid(), flush=True)
         time.sleep(3)
         yield Metadata(done, {{"rows": spark.range(5).count()}})
 """
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 async def start_with_a_running_run(deployment: Deployment, daemon: DaemonProcess) -> None:
@@ -243,8 +254,19 @@ async def test_killed_daemon_runs_run_again_after_an_immediate_restart(
     # Heartbeats every 2 s: the restart below surely comes before the instance is 6 s stale.
     with deployment.process(TRIGGERER_DAEMON__HEARTBEAT_INTERVAL_S="2") as daemon:
         await start_with_a_running_run(deployment, daemon)
+        (started,) = await deployment.query(runs)
+        folder = deployment.tmp_path / "logs" / started.pipeline_id / started.run_id
+        log = anyio.Path(folder / f"try-{started.try_number}.log")
+        with anyio.fail_after(30):
+            while not await log.exists() or "run process" not in (text := await log.read_text()):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        run_pid = int(text.split("run process", 1)[1].split()[0])
         daemon.signal(signal.SIGKILL)
         assert await daemon.wait(10) == -signal.SIGKILL
+        # The run's process went with the daemon (and its run forker), not on unrecorded.
+        with anyio.fail_after(10):
+            while running(run_pid):  # noqa: ASYNC110  # a process of its own
+                await anyio.sleep(0.05)
         daemon.start()
         # Long enough for a dead instance's runs to be taken over after it turned stale.
         finished = await deployment.wait_for(
