@@ -42,6 +42,15 @@ class Forks:
         process = await self.forks.start_run(run / "spec.json", run / "result.json", log)
         return process, log
 
+    async def start_waiting(self) -> tuple[ForkedRun, Path]:
+        """A run that waits (alive while it is looked at), once its pipeline file printed."""
+        self.env["WAIT"] = "1"
+        process, log = await self.start()
+        with anyio.fail_after(30):
+            while not logged(log, f"forked with {self.env['MARKER']}"):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        return process, log
+
 
 @asynccontextmanager
 async def forking(folder: Path) -> AsyncIterator[Forks]:
@@ -58,11 +67,6 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-async def ended(process: ForkedRun) -> int:
-    with anyio.fail_after(60):
-        return await process.wait()
-
-
 def logged(log: Path, text: str) -> bool:
     return log.exists() and text in log.read_text()
 
@@ -71,79 +75,58 @@ def exists(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
-async def until_logged(log: Path, text: str) -> None:
-    with anyio.fail_after(30):
-        while not logged(log, text):  # noqa: ASYNC110
-            await anyio.sleep(0.05)
+async def ended(process: ForkedRun) -> int:
+    with anyio.fail_after(60):
+        return await process.wait()
+
+
+async def terminated(process: ForkedRun) -> int:
+    """SIGTERM to the run's process group; its returncode."""
+    os.killpg(process.pid, signal.SIGTERM)
+    return await ended(process)
 
 
 async def test_a_run_is_a_fork_in_a_group_of_its_own_with_its_log_and_returncode(
     tmp_path: Path,
 ) -> None:
     async with forking(tmp_path) as forks:
-        await _a_run_is_a_fork(forks)
-
-
-async def _a_run_is_a_fork(forks: Forks) -> None:
-    forks.env["WAIT"] = "1"  # alive while they are looked at
-    first, first_log = await forks.start()
-    second, second_log = await forks.start()
-    await until_logged(first_log, "forked with first")
-    await until_logged(second_log, "forked with first")
-    assert parent_of(first.pid) == parent_of(second.pid) != os.getpid()  # the one forker
-    assert os.getpgid(first.pid) == first.pid
-    for run in (first, second):
-        os.killpg(run.pid, signal.SIGTERM)
-        assert await ended(run) == -signal.SIGTERM
-    del forks.env["WAIT"]
-    failing, log = await forks.start()
-    assert await ended(failing) == 1
-    assert "pipeline 'absent' is no longer defined" in log.read_text()
+        first, _ = await forks.start_waiting()
+        second, _ = await forks.start_waiting()
+        assert parent_of(first.pid) == parent_of(second.pid) != os.getpid()  # the one forker
+        assert os.getpgid(first.pid) == first.pid
+        assert (await terminated(first), await terminated(second)) == (-signal.SIGTERM,) * 2
+        del forks.env["WAIT"]
+        failing, log = await forks.start()
+        assert await ended(failing) == 1
+        assert "pipeline 'absent' is no longer defined" in log.read_text()
 
 
 async def test_runs_of_a_forker_that_died_end_killed_and_the_next_run_gets_a_new_one(
     tmp_path: Path,
 ) -> None:
     async with forking(tmp_path) as forks:
-        await _a_dead_forker_is_replaced(forks)
-
-
-async def _a_dead_forker_is_replaced(forks: Forks) -> None:
-    forks.env["WAIT"] = "1"
-    waiting, log = await forks.start()
-    await until_logged(log, "forked with")
-    forker = parent_of(waiting.pid)
-    os.kill(forker, signal.SIGKILL)
-    assert await ended(waiting) == -signal.SIGKILL
-    after, after_log = await forks.start()  # the same environment
-    await until_logged(after_log, "forked with")
-    assert parent_of(after.pid) != forker
-    os.killpg(after.pid, signal.SIGTERM)
-    assert await ended(after) == -signal.SIGTERM
+        waiting, _ = await forks.start_waiting()
+        forker = parent_of(waiting.pid)
+        os.kill(forker, signal.SIGKILL)
+        assert await ended(waiting) == -signal.SIGKILL
+        after, _ = await forks.start_waiting()  # the same environment
+        assert parent_of(after.pid) != forker
+        assert await terminated(after) == -signal.SIGTERM
 
 
 async def test_a_new_environment_gets_a_new_forker_and_the_old_one_ends_with_its_runs(
     tmp_path: Path,
 ) -> None:
     async with forking(tmp_path) as forks:
-        await _a_new_environment_gets_a_new_forker(forks)
-
-
-async def _a_new_environment_gets_a_new_forker(forks: Forks) -> None:
-    forks.env["WAIT"] = "1"
-    old_run, old_log = await forks.start()
-    await until_logged(old_log, "forked with first")
-    old_forker = parent_of(old_run.pid)
-    forks.env["MARKER"] = "second"
-    new_run, new_log = await forks.start()
-    await until_logged(new_log, "forked with second")
-    assert parent_of(new_run.pid) != old_forker
-    os.killpg(new_run.pid, signal.SIGTERM)
-    assert await ended(new_run) == -signal.SIGTERM
-    # The old forker takes no more runs but waits for its run, which is not cut short.
-    assert exists(old_forker)
-    os.killpg(old_run.pid, signal.SIGTERM)
-    assert await ended(old_run) == -signal.SIGTERM
-    with anyio.fail_after(30):
-        while exists(old_forker):  # noqa: ASYNC110
-            await anyio.sleep(0.05)
+        old_run, _ = await forks.start_waiting()
+        old_forker = parent_of(old_run.pid)
+        forks.env["MARKER"] = "second"
+        new_run, _ = await forks.start_waiting()
+        assert parent_of(new_run.pid) != old_forker
+        assert await terminated(new_run) == -signal.SIGTERM
+        # The old forker takes no more runs but waits for its run, which is not cut short.
+        assert exists(old_forker)
+        assert await terminated(old_run) == -signal.SIGTERM
+        with anyio.fail_after(30):
+            while exists(old_forker):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
