@@ -46,7 +46,7 @@ def main() -> int:
             "TRIGGERER_LOGGING__FORMAT": "console",
         }
         os.environ.update(env)
-        asyncio.run(_create_queue_and_topic(endpoint, kafka.address))
+        asyncio.run(create_queue_and_topic(endpoint, kafka.address))
         daemon_log = (STATE / "daemon.log").open("ab")
         # Its own session: Ctrl-C reaches only this script, which then stops the daemon once.
         daemon = subprocess.Popen(  # noqa: S603 - our own command
@@ -68,7 +68,7 @@ def main() -> int:
     return 0
 
 
-async def _create_queue_and_topic(endpoint: str, bootstrap: str) -> None:
+async def create_queue_and_topic(endpoint: str, bootstrap: str) -> None:
     from aiobotocore.session import get_session
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 

@@ -107,7 +107,7 @@ from tests.benchmarks.daemon_probe import (
     wait_assigned,
 )
 from tests.benchmarks.report import publish
-from tests.e2e.daemon import write_pipelines
+from tests.e2e.daemon import stat_fields, write_pipelines
 from triggerer.config import LoggingSettings, Settings
 from triggerer.daemon.registry import sync_definitions
 from triggerer.daemon.scheduler import Scheduler
@@ -951,7 +951,7 @@ async def part_idle_demo(args: argparse.Namespace, workdir: Path) -> dict[str, A
     }
     try:
         with contextlib.suppress(Exception):  # the topic is there from an earlier part
-            await demo._create_queue_and_topic(endpoint, args.bootstrap)
+            await demo.create_queue_and_topic(endpoint, args.bootstrap)
         with (workdir / "daemon.log").open("ab") as log:
             daemon_process = await anyio.open_process(
                 [str(demo.TRIGGERER), "run"], cwd=demo.ROOT, env=env, stderr=log
@@ -968,15 +968,16 @@ async def part_idle_demo(args: argparse.Namespace, workdir: Path) -> dict[str, A
                 await daemon_process.wait()
     finally:
         sqs.stop()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu_percent = 100 * sum(after[t][1] - before[t][1] for t in after if t in before)
+    busy_s = sum(after[t][1] - before[t][1] for t in after if t in before) / os.sysconf(
+        "SC_CLK_TCK"
+    )
     wakes = sorted(
         (round((after[t][0] - before[t][0]) / seconds, 1) for t in after if t in before),
         reverse=True,
     )
     return {
         "idle_seconds": round(seconds, 1),
-        "cpu_percent": round(cpu_percent / ticks / seconds, 2),
+        "cpu_percent": round(100 * busy_s / seconds, 2),
         "wakes_per_s_by_thread": wakes,
         "goal_cpu_percent": GOALS["demo_idle_cpu_percent"],
     }
@@ -991,7 +992,7 @@ def thread_activity(pid: int) -> dict[str, tuple[int, int]]:
             switches = sum(
                 int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line
             )
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(task / "stat")
             activity[task.name] = (switches, int(fields[11]) + int(fields[12]))
     return activity
 

@@ -300,6 +300,12 @@ class DaemonProcess:
         return f"\n--- {self.log_path} ---\n" + "\n".join(text)
 
 
+def stat_fields(stat: Path) -> list[str]:
+    """The fields of a ``/proc/.../stat`` file after the command's name: state, parent pid,
+    ... (``proc(5)``); OSError once the process is gone."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` exists."""
     try:

@@ -21,6 +21,7 @@ from tests.e2e.daemon import (
     kafka_asset_source,
     runs,
     settled,
+    stat_fields,
     triggerer_cli,
 )
 
@@ -215,7 +216,7 @@ SLOW = """
 def running(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie waiting to be reaped."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = stat_fields(Path(f"/proc/{pid}/stat"))[0]
     except (OSError, IndexError):
         return False
     return state != "Z"

@@ -21,6 +21,7 @@ from tests.e2e.daemon import (
     query,
     runs,
     sqlite_url,
+    stat_fields,
     triggerer_cli,
     wait_for,
     write_pipelines,
@@ -117,7 +118,7 @@ def run_forkers(daemon_pid: int) -> list[int]:
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            parent = int(stat_fields(stat)[1])
             command = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile

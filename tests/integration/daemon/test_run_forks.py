@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 
+from tests.e2e.daemon import stat_fields
 from triggerer.daemon.run_forks import ForkedRun, RunForks
 from triggerer.processes import spark_env
 
@@ -64,7 +65,7 @@ async def forking(folder: Path) -> AsyncIterator[Forks]:
 
 
 def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return int(stat_fields(Path(f"/proc/{pid}/stat"))[1])
 
 
 def logged(log: Path, text: str) -> bool:
