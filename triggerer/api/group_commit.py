@@ -14,6 +14,7 @@ store that does not answer fails every request of the batch (503, nothing commit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -65,8 +66,7 @@ class GroupCommit:
         self._events_recorded = events_recorded
         self._waiting: list[_Post] = []
         self._writer: asyncio.Task[None] | None = None
-        self._wanted = 0
-        self._enough = asyncio.Event()
+        self._posted = asyncio.Event()
 
     async def create(self, event: NewAssetEvent) -> CreatedEvent:
         """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``) and
@@ -74,8 +74,7 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         post = _Post(event, loop.create_future())
         self._waiting.append(post)
-        if len(self._waiting) >= self._wanted:
-            self._enough.set()
+        self._posted.set()
         if self._writer is None:
             # A task of its own, not the request's: a request that is cancelled while its
             # batch commits cancels nothing else.
@@ -101,15 +100,11 @@ class GroupCommit:
 
     async def _gather(self, posts: int) -> None:
         """Wait until ``posts`` are waiting, or for :data:`LINGER_S` at most."""
-        self._wanted = posts
-        self._enough.clear()
-        try:
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(LINGER_S):
-                await self._enough.wait()
-        except TimeoutError:
-            pass
-        finally:
-            self._wanted = 0
+                while len(self._waiting) < posts:
+                    self._posted.clear()
+                    await self._posted.wait()
 
     async def _commit(self, posts: list[_Post]) -> None:
         # Requests are answered once the transaction has ended, never while it holds a

@@ -115,18 +115,16 @@ class RunForks:
         """The process of the run of ``spec_path``, forked."""
         request = f"{spec_path}\t{result_path}\t{log_path}\n".encode()
         async with self._lock:  # one fork at a time: answers come in the order asked
-            try:
-                return await (await self._current()).fork(request)
-            except _ForkerGone:
-                # It died since the last run (its runs went with it): once more, on a new one.
-                self._forker = None
+            # A forker that died since the last run (its runs went with it) gets one successor.
+            for _ in range(2):
                 try:
                     return await (await self._current()).fork(request)
                 except _ForkerGone:
-                    raise RuntimeError(
-                        "the run forker (python -m triggerer.run_forker) exited before it "
-                        "started the run: its error is in the daemon's output"
-                    ) from None
+                    self._forker = None
+            raise RuntimeError(
+                "the run forker (python -m triggerer.run_forker) exited before it started the "
+                "run: its error is in the daemon's output"
+            )
 
     async def close(self) -> None:
         """Take no more runs; the forker exits once its runs have ended."""
