@@ -33,26 +33,24 @@ def main() -> int:
     gc.freeze()
     selector = selectors.DefaultSelector()
     selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
-    reading, pending, runs = True, b"", 0
-    while reading or runs:
+    pending = b""
+    # Until stdin closed and every run ended: each is registered until then.
+    while selector.get_map():
         for key, _ in selector.select():
             if key.data is None:  # stdin: runs to fork
                 chunk = os.read(key.fd, REQUEST_MAX_BYTES)
                 if not chunk:
                     selector.unregister(key.fd)
-                    reading = False
                     continue
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
                     pid = _fork(*line.decode().split("\t"))
                     selector.register(os.pidfd_open(pid), selectors.EVENT_READ, pid)
-                    runs += 1
                     _answer(str(pid))
             else:  # a run ended
                 selector.unregister(key.fd)
                 os.close(key.fd)
                 _, status = os.waitpid(key.data, 0)
-                runs -= 1
                 _answer(f"{key.data} {os.waitstatus_to_exitcode(status)}")
     return 0
 
