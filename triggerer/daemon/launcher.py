@@ -28,7 +28,7 @@ from triggerer import lifeline, metrics, runner
 from triggerer.assets import Asset, AssetAlias
 from triggerer.daemon.backoff import until_stored
 from triggerer.daemon.registry import DefinitionChanges, Registry, ensure_alias, ensure_asset
-from triggerer.daemon.run_forks import RunForks
+from triggerer.daemon.run_forks import ForkerUnavailable, RunForks
 from triggerer.events import NewEvent, Recorded, record_events
 from triggerer.processes import Process, spark_env, terminate
 from triggerer.store import models
@@ -175,7 +175,10 @@ class Launcher:
                 if spec is None:
                     ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
                 else:
-                    ended = await self._run_child(spec, folder, log_path, run.try_number)
+                    try:
+                        ended = await self._run_child(spec, folder, log_path, run.try_number)
+                    except ForkerUnavailable as error:  # a try that failed, as any other
+                        ended = Ended(error=str(error))
             # Recorded even when shutdown interrupted the run (it is queued to run again), and
             # however long the store is away: a run is never left running with no process.
             with anyio.CancelScope(shield=True):

@@ -42,6 +42,10 @@ class ForkedRun:
         self._ended.set()
 
 
+class ForkerUnavailable(RuntimeError):
+    """No run forker could start the run: the run fails with this, the daemon goes on."""
+
+
 class _ForkerGone(Exception):
     """The forker ended before it forked the run."""
 
@@ -121,7 +125,7 @@ class RunForks:
                     return await (await self._current()).fork(request)
                 except _ForkerGone:
                     self._forker = None
-            raise RuntimeError(
+            raise ForkerUnavailable(
                 "the run forker (python -m triggerer.run_forker) exited before it started the "
                 "run: its error is in the daemon's output"
             )
@@ -141,14 +145,17 @@ class RunForks:
             await forker.take_no_more()
         if self._task_group is None:
             raise RuntimeError("RunForks.start_run() before serve_in()")
-        process = await anyio.open_process(
-            lifeline.tied([sys.executable, "-m", "triggerer.run_forker"]),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None,  # its own errors (an import that fails) in the daemon's output
-            env=env,
-            start_new_session=True,
-        )
+        try:
+            process = await anyio.open_process(
+                lifeline.tied([sys.executable, "-m", "triggerer.run_forker"]),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=None,  # its own errors (an import that fails) in the daemon's output
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as error:  # no process at all (no memory, no file descriptors)
+            raise ForkerUnavailable(f"cannot start the run forker: {error}") from None
         self._forker = _Forker(process, env)
         self._task_group.start_soon(self._forker.read)
         return self._forker

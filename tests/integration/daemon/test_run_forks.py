@@ -6,15 +6,32 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
+import pytest
 
-from tests.e2e.daemon import stat_fields
-from triggerer.daemon.run_forks import ForkedRun, RunForks
+from tests.e2e.daemon import (
+    daemon_env,
+    daemon_settings,
+    running_daemon,
+    runs,
+    sqlite_url,
+    stat_fields,
+    triggerer_cli,
+    wait_for,
+    write_pipelines,
+)
+from triggerer import lifeline
+from triggerer.daemon.run_forks import ForkedRun, ForkerUnavailable, RunForks
 from triggerer.processes import spark_env
+
+if TYPE_CHECKING:
+    from triggerer.store import models
 
 # Its import prints the marker of its environment, then waits when asked to: the pipeline the
 # spec names is not there, so a run that goes on fails with the runner's error.
@@ -23,6 +40,13 @@ import os, time
 print("forked with", os.environ.get("MARKER"), flush=True)
 if os.environ.get("WAIT"):
     time.sleep(60)
+"""
+
+MANUAL = """
+from triggerer import pipeline
+
+@pipeline()
+def manual(spark, context): ...
 """
 
 
@@ -70,6 +94,10 @@ def parent_of(pid: int) -> int:
 
 def logged(log: Path, text: str) -> bool:
     return log.exists() and text in log.read_text()
+
+
+def failed(all_runs: list[models.Run]) -> int:
+    return sum(run.state == "failed" for run in all_runs)
 
 
 def exists(pid: int) -> bool:
@@ -131,3 +159,38 @@ async def test_a_new_environment_gets_a_new_forker_and_the_old_one_ends_with_its
         with anyio.fail_after(30):
             while exists(old_forker):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
+
+
+async def test_a_forker_that_cannot_start_fails_the_run_with_an_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    async with forking(tmp_path) as forks:
+        forks.env["PYTHONHOME"] = str(tmp_path / "no-python-here")  # its interpreter cannot start
+        with pytest.raises(ForkerUnavailable, match=r"run forker \(python -m triggerer.run_forker"):
+            await forks.start()
+
+
+async def test_a_forker_that_cannot_even_be_spawned_fails_the_run_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifeline, "tied", lambda _: [str(tmp_path / "no-such-program")])
+    async with forking(tmp_path) as forks:
+        reason = r"cannot start the run forker: .*no-such-program"
+        with pytest.raises(ForkerUnavailable, match=reason):
+            await forks.start()
+
+
+async def test_through_the_daemon_a_forker_that_cannot_start_fails_its_runs_not_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_pipelines(tmp_path / "pipelines", MANUAL)
+    url = sqlite_url(tmp_path)
+    env = daemon_env(tmp_path, url, "sc://127.0.0.1:1")
+    # Every forker the daemon starts exits at once, before it forks anything.
+    monkeypatch.setattr(lifeline, "tied", lambda _: [sys.executable, "-c", "raise SystemExit(3)"])
+    async with running_daemon(daemon_settings(tmp_path, url, "sc://127.0.0.1:1")):
+        for count in (1, 2):  # the daemon goes on to the next run
+            triggered = await triggerer_cli(env, "pipelines", "trigger", "manual")
+            assert triggered.returncode == 0, triggered.stderr
+            done = await wait_for(url, runs, lambda rs, n=count: failed(rs) == n)
+    assert all("run forker (python -m triggerer.run_forker) exited" in r.error for r in done)
