@@ -206,3 +206,37 @@ async def test_manual_run_gets_the_pipeline_default_params_under_the_given_ones(
 
     (event,) = await deployment.query(lambda s: events_of(s, "echo_out"))
     assert event.extra == {"params": {"limit": 10, "mode": "delta"}}
+
+
+INGEST = """
+    @pipeline(schedule=orders, run_policy="per_event")
+    def ingest(spark, context):
+        pass
+"""
+
+
+async def test_a_run_whose_log_folder_cannot_be_made_fails_alone(deployment: Deployment) -> None:
+    """Was: the OSError of making the run's folder under [spark] logs_dir stopped the daemon,
+    and again on every restart, as the run was claimed anew."""
+    deployment.write_pipelines(ORDERS + INGEST)
+    config = deployment.config_file()
+    blocking = deployment.tmp_path / "logs" / "ingest"  # a file where the runs' folders go
+    blocking.parent.mkdir(parents=True)
+    blocking.write_text("")
+
+    with deployment.process_with_config(config) as daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await deployment.produce([{"n": 1}])
+        (failed,) = await deployment.wait_for(runs, lambda rs: finished(rs, 1))
+        blocking.unlink()
+        await deployment.produce([{"n": 2}])
+        done = await deployment.wait_for(runs, lambda rs: finished(rs, 2))
+        assert daemon.process is not None
+        assert daemon.process.poll() is None, daemon.tail()
+
+    assert failed.state == "failed"
+    assert failed.error == (
+        f"the run could not start: [Errno 20] Not a directory: '{blocking / failed.run_id}'"
+    )
+    assert done[1].state == "success"

@@ -179,6 +179,8 @@ class Launcher:
                         ended = await self._run_child(spec, folder, log_path, run.try_number)
                     except ForkerUnavailable as error:  # a try that failed, as any other
                         ended = Ended(error=str(error))
+                    except OSError as error:  # its folder or process could not be made
+                        ended = Ended(error=f"the run could not start: {error}")
             # Recorded even when shutdown interrupted the run (it is queued to run again), and
             # however long the store is away: a run is never left running with no process.
             with anyio.CancelScope(shield=True):

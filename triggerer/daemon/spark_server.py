@@ -94,17 +94,20 @@ class LocalSparkServer:
     async def _serve_once(self) -> str:
         """Run one server process until it exits; why it did."""
         port = _free_port()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         started = anyio.current_time()
-        with self.log_path.open("ab") as log_file:
-            process = await anyio.open_process(
-                self._command(port),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env={**spark_env(), **self.client_env},
-                start_new_session=True,
-            )
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("ab") as log_file:
+                process = await anyio.open_process(
+                    self._command(port),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env={**spark_env(), **self.client_env},
+                    start_new_session=True,
+                )
+        except OSError as error:  # its log cannot be written, or no process can be made
+            return f"it could not start: {error}"
         try:
             with anyio.move_on_after(START_TIMEOUT_S) as starting:
                 while not await _accepts(port):

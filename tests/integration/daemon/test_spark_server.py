@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from structlog.testing import capture_logs
 
 from tests.e2e.daemon import alive
 from triggerer.config import SparkSettings
@@ -83,3 +84,23 @@ async def test_a_server_that_exits_while_starting_is_started_again(
             await server.wait_ready()
         daemon.cancel_scope.cancel()
     assert len(attempts) == 2
+
+
+async def test_a_log_folder_that_cannot_be_made_is_reported_and_the_start_tried_again(
+    server: LocalSparkServer,
+) -> None:
+    """Was: the OSError of opening its log stopped the daemon."""
+    blocking = server.log_path.parent  # a file where the logs folder goes
+    blocking.write_text("")
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as daemon:
+            daemon.start_soon(server.run)
+            with anyio.fail_after(10):
+                while not logs:  # noqa: ASYNC110  # the log is what tells
+                    await anyio.sleep(0.05)
+            blocking.unlink()
+            with anyio.fail_after(10):
+                await server.wait_ready()
+            daemon.cancel_scope.cancel()
+    exited = next(entry for entry in logs if entry["event"] == "spark_server_exited")
+    assert exited["reason"] == f"it could not start: [Errno 17] File exists: '{blocking}'"
