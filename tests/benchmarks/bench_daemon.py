@@ -950,8 +950,8 @@ async def part_idle_demo(args: argparse.Namespace, workdir: Path) -> dict[str, A
         "TRIGGERER_API__PORT": "0",
     }
     try:
-        with contextlib.suppress(Exception):  # the topic is there from an earlier part
-            await demo.create_queue_and_topic(endpoint, args.bootstrap)
+        os.environ.update(DUMMY_AWS_ENV)  # the SQS client's region and credentials
+        await demo.create_queue_and_topic(endpoint, args.bootstrap)
         with (workdir / "daemon.log").open("ab") as log:
             daemon_process = await anyio.open_process(
                 [str(demo.TRIGGERER), "run"], cwd=demo.ROOT, env=env, stderr=log
