@@ -44,6 +44,9 @@ def create_app(context: ApiContext) -> FastAPI:
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
+        # The daemon reports through /metrics and its logs. FastAPI's OpenTelemetry hooks,
+        # when on, check for a configured provider on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.context = context
     app.include_router(health.open_router, prefix=PREFIX)
