@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
+import msgspec
+
 from triggerer.triggers import BaseEventTrigger, check_json
 from triggerer.uri import normalize_uri, validate_name
 
@@ -233,7 +235,24 @@ def _operand(item: object, symbol: str) -> BaseAsset:
 
 
 def json_mapping(value: dict[str, Any], what: str) -> dict[str, Any]:
+    """``value``, once known to be a dict the store can hold as JSON."""
     if not isinstance(value, dict):
         raise TypeError(f"{what} must be a dict, got {type(value).__name__}")
     check_json(value, what)
+    try:
+        stored = msgspec.json.encode(value)  # as the store writes it
+    except (TypeError, ValueError) as error:  # a lone surrogate, a None or bool key
+        raise TypeError(f"{what} cannot be stored, got {value!r}: {error}") from None
+    if b"\\u0000" in stored and _holds_nul(value):
+        raise TypeError(f"{what} holds a NUL character (U+0000), which the store cannot hold")
     return value
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_nul(item) for item in value)
+    return False

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.store.engine import json_text
 from triggerer.store.models import ID_LENGTH, NAME_LENGTH, DeadLetter
+from triggerer.store.types import storable_text
 
 if TYPE_CHECKING:
     from triggerer.events import NewEvent
@@ -100,10 +101,12 @@ async def record_dead_letters(session: AsyncSession, letters: Sequence[Unstorabl
             "source": letter.event.source,
             "dedup_key": _dead_letter_key(letter.event.dedup_key),
             "partition_key": (
-                None if letter.event.partition_key is None else _escaped(letter.event.partition_key)
+                None
+                if letter.event.partition_key is None
+                else storable_text(letter.event.partition_key)
             ),
             "payload": _payload_text(letter.event.extra),
-            "reason": _escaped(letter.reason),
+            "reason": storable_text(letter.reason),
         }
         for letter in letters
     ]
@@ -147,16 +150,10 @@ def _nul_path(value: Any, path: str) -> str | None:
     return None
 
 
-def _escaped(text: str) -> str:
-    """``text`` with what no store holds as backslash escapes: NUL as ``\\x00``, a lone
-    surrogate as ``\\udXXX``."""
-    return text.encode("utf-8", "backslashreplace").decode().replace(_NUL, "\\x00")
-
-
 def _dead_letter_key(key: Any) -> str | None:
     if key is None:
         return None
-    text = _escaped(str(key))
+    text = storable_text(str(key))
     if len(text) <= NAME_LENGTH and len(text.encode()) <= DEDUP_KEY_MAX_BYTES:
         return text
     # Cut to fit the unique index; the digest of the whole keeps different keys apart.
@@ -168,4 +165,4 @@ def _payload_text(extra: Any) -> str:
     try:
         return json_text(extra)  # writes a NUL character as the escape \u0000
     except (msgspec.EncodeError, TypeError, ValueError):
-        return _escaped(repr(extra))
+        return storable_text(repr(extra))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
@@ -108,6 +109,17 @@ class Pipeline:
                 raise ValueError(
                     f"pipeline {pipeline_id!r}: {name}={value!r}; must be an integer >= {minimum}"
                 )
+        if (
+            not isinstance(retry_delay_s, (int, float))
+            or isinstance(retry_delay_s, bool)
+            or not 0 <= retry_delay_s < math.inf
+        ):
+            raise ValueError(
+                f"pipeline {pipeline_id!r}: retry_delay_s={retry_delay_s!r}; must be a number "
+                "of seconds >= 0, e.g. retry_delay_s=300 for five minutes"
+            )
+        if params is not None:
+            json_mapping(params, f"pipeline {pipeline_id!r} params")
         for name, items in (("outlets", outlets), ("inlets", inlets)):
             if isinstance(items, BaseAsset):
                 raise TypeError(

@@ -240,3 +240,94 @@ async def test_a_run_whose_log_folder_cannot_be_made_fails_alone(deployment: Dep
         f"the run could not start: [Errno 20] Not a directory: '{blocking / failed.run_id}'"
     )
     assert done[1].state == "success"
+
+
+NOT_JSON_PARAMS = """
+    import datetime
+
+    @pipeline(schedule=None, params={{"since": datetime.date(2024, 1, 1)}})
+    def since(spark, context):
+        pass
+"""
+TIMEDELTA_RETRY_DELAY = """
+    import datetime
+
+    @pipeline(schedule=None, retries=2, retry_delay_s=datetime.timedelta(minutes=5))
+    def retried(spark, context):
+        pass
+"""
+SURROGATE_IN_EXTRA = """
+    import os
+
+    sales = Asset("s3://lake/sales", extra={{"file": os.fsdecode(b"sales-\\xe9.csv")}})
+
+    @pipeline(schedule=sales)
+    def on_sales(spark, context):
+        pass
+"""
+UNSTORABLE_DEFINITIONS = {
+    "params.py": (NOT_JSON_PARAMS, "pipeline 'since' params must be JSON-serialisable"),
+    "retry.py": (
+        TIMEDELTA_RETRY_DELAY,
+        "pipeline 'retried': retry_delay_s=datetime.timedelta(seconds=300); must be a number",
+    ),
+    "extra.py": (SURROGATE_IN_EXTRA, "Asset('s3://lake/sales') extra cannot be stored"),
+}
+
+
+async def test_definitions_the_store_cannot_hold_fail_their_file_alone(
+    deployment: Deployment,
+) -> None:
+    """Was: non-JSON params stopped the daemon at the run's start, a timedelta retry delay at
+    a failed try's end, an asset extra msgspec cannot encode at start; each on every restart."""
+    deployment.write_pipelines(ORDERS + INGEST)
+    for name, (source, _) in UNSTORABLE_DEFINITIONS.items():
+        deployment.write_pipelines(ORDERS + source, name=name)
+
+    with deployment.process_with_config(deployment.config_file()) as daemon:
+        daemon.start()
+        (loaded,) = await daemon.wait_logged("pipelines_loaded")
+        failures = await daemon.wait_logged("pipeline_file_failed", times=3)
+        await deployment.produce([{"n": 1}])
+        (run,) = await deployment.wait_for(runs, lambda rs: finished(rs, 1))
+
+    assert (loaded["pipelines"], loaded["errors"]) == (1, 3)
+    for name, (_, reason) in UNSTORABLE_DEFINITIONS.items():
+        assert any(name in f["error"] and reason in f["error"] for f in failures), failures
+    assert (run.pipeline_id, run.state) == ("ingest", "success")
+
+
+UNSTORABLE_OUTLET = """
+    import os
+
+    report = Asset("report")
+
+    @pipeline(schedule=orders, run_policy="per_event", outlets=[report])
+    def report_inputs(spark, context):
+        context.outlet_events[report].extra = {{"inputs": [os.fsdecode(b"sales-\\xe9.csv")]}}
+"""
+
+
+async def test_a_run_whose_outlet_extra_the_store_cannot_hold_fails_alone(
+    deployment: Deployment,
+) -> None:
+    """Was: a lone surrogate in an outlet's extra (a file name decoded by os.fsdecode) stopped
+    the daemon on SQLite when it recorded the run's end, and again on every restart."""
+    deployment.write_pipelines(ORDERS + UNSTORABLE_OUTLET)
+
+    with deployment.process_with_config(deployment.config_file()) as daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await deployment.produce([{"n": 1}, {"n": 2}])
+        done = await deployment.wait_for(runs, lambda rs: finished(rs, 2))
+        assert daemon.process is not None
+        assert daemon.process.poll() is None, daemon.tail()
+
+    assert [r.state for r in done] == ["failed", "failed"]
+    assert all(
+        r.error is not None
+        and r.error.startswith("its outlet events could not be recorded: the event of 'report'")
+        and "surrogates not allowed" in r.error
+        for r in done
+    ), [r.error for r in done]
+    assert await deployment.query(lambda s: events_of(s, "report")) == []

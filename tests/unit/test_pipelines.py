@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from datetime import date, timedelta
 from typing import Any
 
 import pytest
@@ -18,7 +20,9 @@ from triggerer import (
     ToDaily,
     pipeline,
 )
+from triggerer.daemon.launcher import MAX_RETRY_S, retry_at
 from triggerer.schedules import CronSchedule
+from triggerer.store.types import utcnow
 
 orders, customers, report = Asset("orders"), Asset("customers"), Asset("report")
 
@@ -123,6 +127,24 @@ def test_integer_options_are_validated(option: str, value: object) -> None:
 def test_bool_is_not_an_integer_option() -> None:
     with pytest.raises(ValueError, match="max_active_runs"):
         pipeline(max_active_runs=True)(job)
+
+
+@pytest.mark.parametrize("delay", [-1, float("nan"), float("inf"), "10", True, timedelta(1)])
+def test_retry_delay_must_be_seconds(delay: object) -> None:
+    with pytest.raises(ValueError, match=rf"'job': retry_delay_s={re.escape(repr(delay))}; must"):
+        pipeline(retry_delay_s=delay)(job)
+
+
+def test_the_wait_before_a_retry_doubles_up_to_a_day() -> None:
+    now = utcnow()
+    assert retry_at(3, 10.0) - now == pytest.approx(timedelta(seconds=40), abs=timedelta(seconds=1))
+    for try_number in (30, 10_000):
+        assert retry_at(try_number, 10.0) - now <= timedelta(seconds=MAX_RETRY_S + 1)
+
+
+def test_params_must_be_json() -> None:
+    with pytest.raises(TypeError, match=r"pipeline 'job' params must be JSON-serialisable"):
+        pipeline(params={"since": date(2024, 1, 1)})(job)
 
 
 @pytest.mark.parametrize("outlet", ["report", 1, orders & customers])

@@ -20,7 +20,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 from sqlalchemy import or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
@@ -29,12 +29,13 @@ from triggerer.assets import Asset, AssetAlias
 from triggerer.daemon.backoff import until_stored
 from triggerer.daemon.registry import DefinitionChanges, Registry, ensure_alias, ensure_asset
 from triggerer.daemon.run_forks import ForkerUnavailable, RunForks
+from triggerer.dead_letters import unstorable
 from triggerer.events import NewEvent, Recorded, record_events
 from triggerer.processes import Process, spark_env, terminate
 from triggerer.store import models
 from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource, RunState
-from triggerer.store.types import utcnow
+from triggerer.store.types import storable_text, utcnow
 
 if TYPE_CHECKING:
     from triggerer.config import Settings
@@ -44,8 +45,11 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 POLL_S = 5.0
-UNRECORDABLE = (IntegrityError, LookupError, TypeError, ValueError)
-"""What recording a malformed or conflicting run result raises: the run fails, not the daemon."""
+UNRECORDABLE = (IntegrityError, LookupError, TypeError, ValueError, StatementError)
+"""What recording a malformed or conflicting run result raises: the run fails, not the daemon.
+(A ``StatementError`` that is not a ``DBAPIError`` is a value the driver could not send.)"""
+MAX_RETRY_S = 86_400.0
+"""The longest wait before a failed try runs again, however many tries failed before."""
 
 
 class Launcher:
@@ -320,10 +324,10 @@ class Launcher:
             elif run.try_number < run.max_tries:
                 pipeline = self._registry().pipelines.get(run.pipeline_id)
                 delay_s = pipeline.retry_delay_s if pipeline is not None else 10.0
-                run.state, run.error = RunState.UP_FOR_RETRY, ended.error
+                run.state, run.error = RunState.UP_FOR_RETRY, storable_text(str(ended.error))
                 run.next_try_at = retry_at(run.try_number, delay_s)
             else:
-                run.state, run.error = RunState.FAILED, ended.error
+                run.state, run.error = RunState.FAILED, storable_text(str(ended.error))
         return Finished(run.pipeline_id, run.state, run.start_date, end_date, outlets)
 
 
@@ -374,7 +378,7 @@ async def _record_outlets(
         asset = Asset(outlet["name"], outlet["uri"])
         asset_id = await ensure_asset(session, asset, define=False, changes=changes)
         key = (asset_id, json.dumps(outlet["extra"], sort_keys=True))
-        events[key] = _outlet_event(asset_id, outlet["extra"], run)
+        events[key] = _outlet_event(asset_id, asset.uri, outlet["extra"], run)
     for add in result["alias_adds"]:
         asset = Asset(add["name"], add["uri"])
         asset_id = await ensure_asset(session, asset, define=False, changes=changes)
@@ -382,7 +386,7 @@ async def _record_outlets(
         await session.merge(models.AssetAliasAsset(alias_id=alias_id, asset_id=asset_id))
         # The same asset with the same extra through several aliases is one event.
         key = (asset_id, json.dumps(add["extra"], sort_keys=True))
-        events.setdefault(key, _outlet_event(asset_id, add["extra"], run))
+        events.setdefault(key, _outlet_event(asset_id, asset.uri, add["extra"], run))
         through.setdefault(key, set()).add(alias_id)
     await session.flush()
     recorded = await record_events(session, list(events.values()))
@@ -398,8 +402,8 @@ async def _record_outlets(
     return Outlets(recorded, changes)
 
 
-def _outlet_event(asset_id: int, extra: dict[str, Any], run: models.Run) -> NewEvent:
-    return NewEvent(
+def _outlet_event(asset_id: int, uri: str, extra: dict[str, Any], run: models.Run) -> NewEvent:
+    event = NewEvent(
         asset_id=asset_id,
         extra=extra,
         source=EventSource.RUN,
@@ -408,6 +412,10 @@ def _outlet_event(asset_id: int, extra: dict[str, Any], run: models.Run) -> NewE
         # One event per asset, extra and run: a recovered run cannot emit twice.
         dedup_key=f"run:{run.run_id}:{json.dumps(extra, sort_keys=True)}"[:1500],
     )
+    reason = unstorable(event)
+    if reason is not None:
+        raise ValueError(f"the event of {uri!r}: {reason}")
+    return event
 
 
 def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home: str) -> list[str]:
@@ -427,5 +435,6 @@ def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home:
 
 
 def retry_at(try_number: int, delay_s: float) -> datetime:
-    """When a failed try may run again: ``delay_s`` doubling with each try."""
-    return utcnow() + timedelta(seconds=delay_s * 2 ** max(0, try_number - 1))
+    """When a failed try may run again: ``delay_s`` doubling with each try, up to a day."""
+    doublings = min(max(0, try_number - 1), 64)  # a day is reached long before
+    return utcnow() + timedelta(seconds=min(delay_s * 2**doublings, MAX_RETRY_S))

@@ -48,7 +48,7 @@ from triggerer.store import models
 from triggerer.store.failures import is_outage
 from triggerer.store.models import ID_LENGTH, RefRole, RunState, RunType
 from triggerer.store.notices import notify_runs
-from triggerer.store.types import utcnow
+from triggerer.store.types import storable_text, utcnow
 
 if TYPE_CHECKING:
     from triggerer.assets import AssetAlias, BaseAsset
@@ -408,7 +408,7 @@ async def _report(
     """Record ``error`` (``None``: the pipeline works) on the pipeline when it changed;
     ``error_at`` keeps the time it started failing."""
     if error is not None:
-        error = error.replace("\x00", "\\x00")  # user code's messages may hold NUL: not in text
+        error = storable_text(error)  # user code's messages may hold what text columns cannot
     if error == was:
         return
     values: dict[str, Any] = {"error": error}

@@ -17,6 +17,12 @@ Json: TypeEngine[Any] = JSON().with_variant(JSONB(), "postgresql")
 """JSON document; JSONB on PostgreSQL so it can be indexed and compared."""
 
 
+def storable_text(text: str) -> str:
+    """``text`` with what no store holds as backslash escapes: NUL as ``\\x00``, a lone
+    surrogate as ``\\udXXX`` (messages of user code, and file names, may hold either)."""
+    return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
+
+
 def utcnow() -> dt.datetime:
     """The current time as a timezone-aware UTC datetime."""
     return dt.datetime.now(dt.UTC)

@@ -580,18 +580,20 @@ async def test_the_error_of_a_schedule_goes_with_it(
 async def test_a_run_the_store_refuses_fails_only_its_pipeline(
     make_harness: Callable[[str], Awaitable[Harness]],
 ) -> None:
-    # PostgreSQL's jsonb cannot hold NUL, so this pipeline's runs cannot be written.
     harness = await make_harness("""
 from triggerer import Asset, pipeline
 
 a = Asset("a")
 
-@pipeline(schedule=a, params={"note": "a\\x00b"})
+@pipeline(schedule=a)
 def refused(spark, context): ...
 
 @pipeline(schedule=a)
 def fine(spark, context): ...
 """)
+    # PostgreSQL's jsonb cannot hold NUL, so this pipeline's runs cannot be written. Loading
+    # refuses such params; these are set past that check, as a value no check foresaw would be.
+    object.__setattr__(harness.registry.pipelines["refused"], "params", {"note": "a\x00b"})
     await harness.emit("a")
     assert await harness.schedule("refused") == 0
     assert await harness.schedule("fine") == 1
