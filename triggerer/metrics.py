@@ -139,8 +139,8 @@ _watchers: dict[int, tuple[str, str]] = {}
 _FINAL_STATES = (RunState.SUCCESS, RunState.FAILED)
 _source = attrgetter("source")
 # Kafka stamps records in milliseconds since the epoch; -1 (no timestamp) and other values
-# before this are not broker times.
-_EARLIEST_BROKER_TIME_S = 1_000_000_000.0
+# outside these are not broker times (a custom trigger's payload may hold anything there).
+_BROKER_TIMES_MS = range(1_000_000_000_000, 100_000_000_000_000)
 
 
 def events_recorded(recorded: Recorded) -> None:
@@ -162,11 +162,11 @@ def broker_time_s(payload: Any) -> float | None:
     elif "message_id" in payload:  # SQS: {"message_id", ..., "attributes": {"SentTimestamp"}}
         attributes = payload.get("attributes")
         stamp = attributes.get("SentTimestamp") if type(attributes) is dict else None
-        if type(stamp) is str and stamp.isdigit():
+        if type(stamp) is str and len(stamp) <= 15 and stamp.isascii() and stamp.isdigit():
             stamp = int(stamp)
     else:
         return None
-    if type(stamp) is not int or stamp / 1000 < _EARLIEST_BROKER_TIME_S:
+    if type(stamp) is not int or stamp not in _BROKER_TIMES_MS:
         return None
     return stamp / 1000
 

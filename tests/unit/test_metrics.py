@@ -18,6 +18,9 @@ SQS = {"message_id": "m", "body": "b", "message_attributes": {}}
         ({**KAFKA, "timestamp": -1}, None),  # a record without a timestamp
         ({**SQS, "attributes": {"SentTimestamp": "1773650000123"}}, 1_773_650_000.123),
         ({**SQS, "attributes": {}}, None),
+        ({**SQS, "attributes": {"SentTimestamp": "²"}}, None),  # a digit, not a decimal one
+        ({**SQS, "attributes": {"SentTimestamp": "9" * 5000}}, None),  # too long for int()
+        ({**KAFKA, "timestamp": 10**400}, None),  # too large for a float
         ({"order": 1, "timestamp": 1_773_650_000_123}, None),  # replaced by apply_function
         ([1, 2], None),
         (None, None),
