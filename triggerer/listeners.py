@@ -11,13 +11,15 @@ queued.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 import structlog
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from triggerer.assets import Asset, AssetAlias
     from triggerer.context import AssetEvent
@@ -53,18 +55,22 @@ class ListenerSpec:
 def listener_manager(plugins: Iterable[str] = ()) -> pluggy.PluginManager:
     """A plugin manager with the entry-point listeners and the dotted-path ``plugins``.
 
-    Raises :class:`ListenerPluginError` naming a plugin that cannot be imported.
+    Raises :class:`ListenerPluginError` naming a plugin that cannot be imported or registered.
     """
     manager = pluggy.PluginManager(PROJECT)
     manager.add_hookspecs(ListenerSpec)
-    manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if not manager.has_plugin(entry_point.name):  # the same one installed twice
+            source = f"{ENTRY_POINT_GROUP} entry point {entry_point.value}"
+            _register(manager, entry_point.name, entry_point.load, source)
     for dotted_path in plugins:
-        manager.register(_import_plugin(dotted_path), name=dotted_path)
+        _register(manager, dotted_path, partial(_import_plugin, dotted_path), "[listeners] plugins")
     return manager
 
 
 class ListenerPluginError(ValueError):
-    """A ``[listeners] plugins`` entry cannot be imported (a configuration error)."""
+    """A listener plugin (an entry point or a ``[listeners] plugins`` entry) cannot be imported
+    or registered: a configuration error."""
 
 
 def notify(manager: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> int:
@@ -84,15 +90,27 @@ def notify(manager: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> int:
     return failed
 
 
+def _register(
+    manager: pluggy.PluginManager, name: str, load: Callable[[], object], source: str
+) -> None:
+    """Register the plugin ``load()`` returns as ``name``; ``source`` says where it is set."""
+    try:
+        manager.register(load(), name=name)
+    # Importing a plugin runs its code, and registering checks its hooks: whatever either
+    # raises is a configuration error, told in one line naming the plugin, not a traceback.
+    except Exception as error:
+        cause = "; ".join(f"{type(error).__name__}: {error}".splitlines())
+        raise ListenerPluginError(
+            f"listener plugin {name!r} cannot be loaded ({source}): {cause}"
+        ) from error
+
+
 def _import_plugin(dotted_path: str) -> object:
+    """The module ``dotted_path`` or, when there is no such module, the object it names."""
     try:
         return importlib.import_module(dotted_path)
     except ImportError:
         module_name, _, attribute = dotted_path.rpartition(".")
-        try:
-            return getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError, ValueError) as error:
-            raise ListenerPluginError(
-                f"listener plugin {dotted_path!r} cannot be imported: give a module or "
-                f"'module.object' path ({error})"
-            ) from error
+        if not module_name:
+            raise
+        return getattr(importlib.import_module(module_name), attribute)

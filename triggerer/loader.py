@@ -51,13 +51,22 @@ def load_pipelines(folder: Path) -> LoadedPipelines:
     if not folder.is_dir():
         result.errors.append(LoadError(str(folder), None, "pipelines folder does not exist"))
         return result
-    for path in sorted(folder.rglob("*.py")):
-        if any(part.startswith((".", "_")) for part in path.relative_to(folder).parts):
-            continue
+    for path in pipeline_files(folder):
         module = _import_file(path, folder, result.errors)
         if module is not None:
             _collect(module, path, result)
     return result
+
+
+def pipeline_files(folder: Path) -> list[Path]:
+    """The ``.py`` files under ``folder`` that are pipeline files, sorted: not those whose
+    name, or a folder's on the way, starts with ``_`` (helpers) or ``.`` (hidden, editors'
+    lock and backup files)."""
+    return sorted(
+        path
+        for path in folder.rglob("*.py")
+        if not any(part.startswith((".", "_")) for part in path.relative_to(folder).parts)
+    )
 
 
 def import_pipeline_file(path: Path) -> dict[str, Pipeline]:
@@ -94,6 +103,16 @@ def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleTyp
     except Exception as error:  # noqa: BLE001
         del sys.modules[name]
         errors.append(LoadError(str(path), _line_in(path, error), _describe(error)))
+        return None
+    # sys.exit() or argparse's parse_args() at module level: a script, which must not end the
+    # daemon (nor a run's process) either.
+    except SystemExit as error:
+        del sys.modules[name]
+        message = (
+            f"the file called exit({error.code!r}) while being imported: keep a "
+            "script's own code under `if __name__ == '__main__':`"
+        )
+        errors.append(LoadError(str(path), _line_in(path, error), message))
         return None
     return module
 

@@ -91,6 +91,21 @@ def test_file_raising_at_import_is_reported_with_its_line(tmp_path: Path) -> Non
     assert result.errors == [LoadError(str(bad), 4, "RuntimeError: no config")]
 
 
+def test_file_that_exits_at_import_is_reported_and_the_others_load(tmp_path: Path) -> None:
+    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    script = _write(tmp_path, "script.py", "import sys\n\nsys.exit()\n")
+    result = load_pipelines(tmp_path)
+    assert list(result.pipelines) == ["good"]
+    assert [(e.path, e.line) for e in result.errors] == [(str(script), 3)]
+    assert result.errors[0].message.startswith("the file called exit(None) while being imported")
+
+
+def test_interrupt_while_importing_a_file_is_not_swallowed(tmp_path: Path) -> None:
+    _write(tmp_path, "slow.py", "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_pipelines(tmp_path)
+
+
 def test_error_in_an_imported_helper_points_at_the_line_in_the_file(tmp_path: Path) -> None:
     _write(tmp_path, "_helpers.py", "def fail():\n    raise KeyError('missing')\n")
     bad = _write(tmp_path, "job.py", "import _helpers\n\n_helpers.fail()\n")

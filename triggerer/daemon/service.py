@@ -35,7 +35,7 @@ from triggerer.daemon.spark_server import LocalSparkServer
 from triggerer.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.daemon.wakeups import listen
 from triggerer.daemon.watchdog import watch_event_loop
-from triggerer.loader import LoadedPipelines, load_pipelines
+from triggerer.loader import LoadedPipelines, load_pipelines, pipeline_files
 from triggerer.store import create_engine, models, notices, session_factory, upgrade
 from triggerer.store.engine import async_url, deployment_id
 from triggerer.store.failures import STORE_ERRORS
@@ -385,4 +385,15 @@ async def _watch_folder(service: Service, task_group: anyio.abc.TaskGroup) -> No
 
 
 def _snapshot(folder: Path) -> dict[str, float]:
-    return {str(p): p.stat().st_mtime for p in folder.rglob("*.py")} if folder.is_dir() else {}
+    """The modification time of each pipeline file the loader would import."""
+    if not folder.is_dir():
+        return {}
+    mtimes = {}
+    for path in pipeline_files(folder):
+        try:
+            mtimes[str(path)] = path.stat().st_mtime
+        # A symlink to nothing, or a file deleted since the folder was listed: the loader
+        # reports the first on its own, and the second is gone.
+        except OSError:
+            continue
+    return mtimes

@@ -16,7 +16,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from triggerer import metrics
 from triggerer.daemon.backoff import HEALTHY_AFTER_S, backoff_s, until_stored
 from triggerer.store.models import TriggerState
-from triggerer.store.types import utcnow
+from triggerer.store.types import storable_text, utcnow
 from triggerer.triggers import BaseEventTrigger, load_trigger
 
 if TYPE_CHECKING:
@@ -140,10 +140,17 @@ class Supervisor:
         with deliveries, scope:
             first = True
             while True:
-                if not watched.trigger.shareable:
-                    await self._lease(watched.trigger_id, status)
-                delay = await self._attempt(watched, status, deliveries, rebuild=not first)
-                first = False
+                try:
+                    exclusive = not watched.trigger.shareable
+                # ``shareable`` may be a user's property: whatever it raises fails this watcher
+                # alone, tried again after a backoff like a failed run.
+                except Exception as error:  # noqa: BLE001
+                    delay = self._failed(watched.trigger_id, status, error, anyio.current_time())
+                else:
+                    if exclusive:
+                        await self._lease(watched.trigger_id, status)
+                    delay = await self._attempt(watched, status, deliveries, rebuild=not first)
+                    first = False
                 await anyio.sleep(delay)
         status.state = TriggerState.STOPPED
 
@@ -167,6 +174,7 @@ class Supervisor:
         started = anyio.current_time()
         status.state = TriggerState.RUNNING
         trigger: BaseEventTrigger | None = None
+        failure: Exception | None = None
         try:
             with anyio.CancelScope() as attempt:
                 self._attempts[watched.trigger_id] = attempt
@@ -181,19 +189,11 @@ class Supervisor:
                     except anyio.WouldBlock:
                         await deliveries.send((watched, event))
                 raise RuntimeError("trigger run() returned; it must run until cancelled")
-            return 0.0  # its lease was lost: wait for it again
         # The supervisor is the one place that catches everything: a failing trigger (or one
         # that cannot be rebuilt from its serialize()) is user or broker trouble that must be
         # restarted, never the daemon's end.
         except Exception as error:  # noqa: BLE001
-            status.restart_count += 1
-            metrics.watcher_restarted(watched.trigger_id)
-            status.state = TriggerState.BACKOFF
-            status.last_error = "".join(traceback.format_exception_only(error)).strip()
-            healthy = anyio.current_time() - started > HEALTHY_AFTER_S
-            delay = backoff_s(1 if healthy else status.restart_count, self._backoff_max_s, 1.0)
-            log.warning("trigger_failed", error=status.last_error, retry_in_s=round(delay, 2))
-            return delay
+            failure = error
         finally:
             self._attempts.pop(watched.trigger_id, None)
             self._running.pop(watched.trigger_id, None)
@@ -204,8 +204,47 @@ class Supervisor:
                 with anyio.move_on_after(self._drain_timeout_s, shield=True):
                     await self._drained.wait()
             if trigger is not None:
-                with anyio.move_on_after(CLEANUP_TIMEOUT_S, shield=True):
-                    await trigger.cleanup()
+                cleanup_failure = await _clean_up(trigger)
+                failure = failure or cleanup_failure
+        if failure is None:
+            return 0.0  # its lease was lost: wait for it again
+        return self._failed(watched.trigger_id, status, failure, started)
+
+    def _failed(
+        self, trigger_id: int, status: WatcherStatus, error: Exception, started: float
+    ) -> float:
+        """Count a failed attempt that began at ``started``; the seconds to wait before the
+        next one."""
+        status.restart_count += 1
+        metrics.watcher_restarted(trigger_id)
+        status.state = TriggerState.BACKOFF
+        status.last_error = _described(error)
+        healthy = anyio.current_time() - started > HEALTHY_AFTER_S
+        delay = backoff_s(1 if healthy else status.restart_count, self._backoff_max_s, 1.0)
+        log.warning("trigger_failed", error=status.last_error, retry_in_s=round(delay, 2))
+        return delay
+
+
+async def _clean_up(trigger: BaseEventTrigger) -> Exception | None:
+    """Call ``trigger.cleanup()`` (shielded, for at most ``CLEANUP_TIMEOUT_S``); what it raised."""
+    with anyio.move_on_after(CLEANUP_TIMEOUT_S, shield=True):
+        try:
+            await trigger.cleanup()
+        # User code that runs as an attempt ends, or is cancelled: whatever it raises fails
+        # that attempt (or is only logged, when the watcher stops), never the daemon.
+        except Exception as error:  # noqa: BLE001
+            log.warning(
+                "trigger_cleanup_failed",
+                trigger=trigger.classpath(),
+                error=_described(error),
+            )
+            return error
+    return None
+
+
+def _described(error: Exception) -> str:
+    """``error`` on a line of text the store can hold (its message may hold anything)."""
+    return storable_text("".join(traceback.format_exception_only(error)).strip())
 
 
 def lease_name(trigger_id: int) -> str:
