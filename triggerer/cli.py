@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import anyio
+import structlog
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -169,7 +170,19 @@ def _listing(rows_of: ReadRows, columns: tuple[str, ...]) -> Handler:
 async def _run(settings: Settings, _: argparse.Namespace) -> int:
     from triggerer.daemon.service import serve
 
-    await serve(settings)
+    try:
+        await serve(settings)
+    except (ConfigError, CliError, LookupError, ValueError):
+        raise  # a setting to change: main() says which, in one line
+    except Exception:  # noqa: BLE001
+        # A bug past every fault boundary. The daemon ends at once, with the traceback, as
+        # after kill -9 (its runs die with it; what was not committed was not acknowledged):
+        # waiting for what libraries left running could hang it instead (aiosqlite's close of
+        # a connection cancelled mid-statement never returns), and nothing restarts a daemon
+        # that hangs.
+        structlog.get_logger(__name__).critical("daemon_crashed", exc_info=True)
+        logging.shutdown()
+        os._exit(1)
     return 0
 
 

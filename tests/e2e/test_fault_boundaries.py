@@ -306,3 +306,42 @@ async def failed_start(deployment: Deployment, config: Path) -> str:
     assert started.returncode == 1, stderr
     assert len(stderr.splitlines()) == 1, stderr
     return stderr
+
+
+BUG = """
+    import anyio
+
+    from triggerer import Asset, AssetWatcher, BaseEventTrigger
+    from triggerer.daemon import supervisor
+
+    async def lease_with_a_bug(self, *args):
+        raise RuntimeError("a bug in the daemon")
+
+    supervisor.Supervisor._lease = lease_with_a_bug  # a pipeline file runs in the daemon
+
+    class QuietTrigger(BaseEventTrigger):
+        def serialize(self):
+            return QuietTrigger.classpath(), {{}}
+
+        async def run(self):
+            await anyio.sleep_forever()
+            yield
+
+    orders = Asset("orders", watchers=[AssetWatcher("quiet", QuietTrigger())])
+"""
+
+
+async def test_a_bug_past_every_fault_boundary_ends_the_daemon_at_once(
+    deployment: Deployment,
+) -> None:
+    """Was: the daemon often hung instead of exiting (aiosqlite's close of a connection
+    cancelled mid-statement waits forever), logging nothing, so nothing restarted it."""
+    deployment.write_pipelines(BUG)
+
+    for start in (1, 2, 3):  # the hang came two times in three
+        with deployment.process_with_config(deployment.config_file()) as daemon:
+            daemon.start()
+            assert await daemon.wait(timeout_s=30) == 1, daemon.tail()
+            crashes = await daemon.wait_logged("daemon_crashed", times=start)
+
+    assert all("RuntimeError: a bug in the daemon" in c["exception"] for c in crashes)
