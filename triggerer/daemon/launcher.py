@@ -324,10 +324,10 @@ class Launcher:
             elif run.try_number < run.max_tries:
                 pipeline = self._registry().pipelines.get(run.pipeline_id)
                 delay_s = pipeline.retry_delay_s if pipeline is not None else 10.0
-                run.state, run.error = RunState.UP_FOR_RETRY, storable_text(str(ended.error))
+                run.state, run.error = RunState.UP_FOR_RETRY, _storable(ended.error)
                 run.next_try_at = retry_at(run.try_number, delay_s)
             else:
-                run.state, run.error = RunState.FAILED, storable_text(str(ended.error))
+                run.state, run.error = RunState.FAILED, _storable(ended.error)
         return Finished(run.pipeline_id, run.state, run.start_date, end_date, outlets)
 
 
@@ -400,6 +400,11 @@ async def _record_outlets(
                 for alias_id in alias_ids
             )
     return Outlets(recorded, changes)
+
+
+def _storable(error: str | None) -> str | None:
+    """A try's error as the store can hold it (it may name a file or quote user code)."""
+    return None if error is None else storable_text(error)
 
 
 def _outlet_event(asset_id: int, uri: str, extra: dict[str, Any], run: models.Run) -> NewEvent:
