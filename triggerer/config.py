@@ -34,7 +34,12 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity: a time that never comes is no setting (and breaks the clocks).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+DAY_S = 86_400.0
+"""The longest interval or wait a setting may give."""
 
 
 class DatabaseSettings(_Section):
@@ -43,7 +48,7 @@ class DatabaseSettings(_Section):
 
 class PipelinesSettings(_Section):
     dir: Path = HOME / "pipelines"
-    reload_interval_s: float = Field(default=1.0, gt=0)
+    reload_interval_s: float = Field(default=1.0, gt=0, le=DAY_S)
 
 
 class ApiSettings(_Section):
@@ -174,10 +179,10 @@ class RunsSettings(_Section):
 
 
 class DaemonSettings(_Section):
-    heartbeat_interval_s: float = Field(default=5.0, gt=0)
-    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    heartbeat_interval_s: float = Field(default=5.0, gt=0, le=DAY_S)
+    shutdown_grace_s: float = Field(default=30.0, ge=0, le=DAY_S)
     ingest_batch_size: int = Field(default=500, ge=1)
-    restart_backoff_max_s: float = Field(default=60.0, gt=0)
+    restart_backoff_max_s: float = Field(default=60.0, gt=0, le=DAY_S)
 
     @property
     def dead_after_s(self) -> float:
@@ -246,6 +251,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
         raise ConfigError(_describe(error, config_file)) from None
     except ValueError as error:  # tomllib.TOMLDecodeError is a ValueError
         raise ConfigError(f"config file {config_file!r} is not valid TOML: {error}") from None
+    except OSError as error:  # there, but not readable by this user
+        raise ConfigError(f"config file {config_file!r} cannot be read: {error}") from None
 
 
 @functools.cache

@@ -104,6 +104,34 @@ def test_bad_value_names_key_value_and_allowed_values(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "key", "problem"),
+    [
+        ("[daemon]\nheartbeat_interval_s = inf", "daemon.heartbeat_interval_s", "finite"),
+        ("[daemon]\nheartbeat_interval_s = 1e12", "daemon.heartbeat_interval_s", "86400"),
+        ("[daemon]\nshutdown_grace_s = nan", "daemon.shutdown_grace_s", "finite"),
+        ("[pipelines]\nreload_interval_s = 1e300", "pipelines.reload_interval_s", "86400"),
+        ("[daemon]\nrestart_backoff_max_s = -inf", "daemon.restart_backoff_max_s", "finite"),
+    ],
+)
+def test_times_must_be_finite_and_at_most_a_day(
+    tmp_path: Path, text: str, key: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"{key} = .*{problem}"):
+        load_settings(_toml(tmp_path, text + "\n"))
+
+
+def test_unreadable_file_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _toml(tmp_path, "[daemon]\n")
+
+    def unreadable(*_: object, **__: object) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "open", unreadable)  # root reads any file: say it cannot
+    with pytest.raises(ConfigError, match=r"cannot be read: \[Errno 13\] Permission denied"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize(
     ("spark", "key", "value", "allowed"),
     [
         ('mode = "connect"', "spark.remote", "None", "sc://host:port"),

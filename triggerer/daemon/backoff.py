@@ -24,7 +24,8 @@ HEALTHY_AFTER_S = 60.0
 def backoff_s(attempt: int, max_s: float, base_s: float = BASE_S) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): doubling, capped, with full jitter
     in the upper half so instances that failed together do not retry together."""
-    ceiling = min(max_s, base_s * 2.0 ** max(0, attempt - 1))
+    doublings = min(max(0, attempt - 1), 64)  # past any cap long before; 2.0**1024 overflows
+    ceiling = min(max_s, base_s * 2.0**doublings)
     return ceiling * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not cryptography
 
 
