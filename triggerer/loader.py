@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -51,22 +52,32 @@ def load_pipelines(folder: Path) -> LoadedPipelines:
     if not folder.is_dir():
         result.errors.append(LoadError(str(folder), None, "pipelines folder does not exist"))
         return result
-    for path in pipeline_files(folder):
+    for path in pipeline_files(folder, result.errors):
         module = _import_file(path, folder, result.errors)
         if module is not None:
             _collect(module, path, result)
     return result
 
 
-def pipeline_files(folder: Path) -> list[Path]:
+def pipeline_files(folder: Path, errors: list[LoadError] | None = None) -> list[Path]:
     """The ``.py`` files under ``folder`` that are pipeline files, sorted: not those whose
     name, or a folder's on the way, starts with ``_`` (helpers) or ``.`` (hidden, editors'
-    lock and backup files)."""
-    return sorted(
-        path
-        for path in folder.rglob("*.py")
-        if not any(part.startswith((".", "_")) for part in path.relative_to(folder).parts)
-    )
+    lock and backup files). A subfolder that cannot be listed goes to ``errors``; one removed
+    while the folder is walked (a deploy, a checkout) is no longer there to list."""
+
+    def unlisted(error: OSError) -> None:
+        if errors is not None and not isinstance(error, FileNotFoundError):
+            errors.append(LoadError(str(error.filename), None, f"cannot list the folder: {error}"))
+
+    found = []
+    for directory, subfolders, names in os.walk(folder, onerror=unlisted):
+        subfolders[:] = [name for name in subfolders if not name.startswith((".", "_"))]
+        found += [
+            Path(directory, name)
+            for name in names
+            if name.endswith(".py") and not name.startswith((".", "_"))
+        ]
+    return sorted(found)
 
 
 def import_pipeline_file(path: Path) -> dict[str, Pipeline]:

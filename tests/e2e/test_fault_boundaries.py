@@ -5,10 +5,12 @@ stops ``triggerer run`` at start with an error naming it, never with a traceback
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import textwrap
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 
 from tests.e2e.daemon import Deployment, pipeline_row, sqlite_url, trigger_rows, triggerer_cli
@@ -345,3 +347,29 @@ async def test_a_bug_past_every_fault_boundary_ends_the_daemon_at_once(
             crashes = await daemon.wait_logged("daemon_crashed", times=start)
 
     assert all("RuntimeError: a bug in the daemon" in c["exception"] for c in crashes)
+
+
+async def test_subfolders_removed_while_the_daemon_scans_the_folder_stop_nothing(
+    deployment: Deployment,
+) -> None:
+    """Was: a subfolder removed during the folder scan (a deploy, a checkout) ended the daemon
+    with FileNotFoundError out of the walk."""
+    pipelines = deployment.tmp_path / "pipelines"
+    pipelines.mkdir()
+    config = deployment.config_file(pipelines={"reload_interval_s": 0.02})
+
+    with deployment.process_with_config(config) as daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        churn = pipelines / "churn"
+        with anyio.move_on_after(3):
+            while True:  # deep enough that the walk is often inside when it goes
+                for branch in range(8):
+                    (churn / str(branch) / "a" / "b").mkdir(parents=True, exist_ok=True)
+                await anyio.to_thread.run_sync(shutil.rmtree, churn)
+        deployment.write_pipelines(LATER, name="later.py")
+        await deployment.wait_for(
+            lambda s: pipeline_row(s, "later"), lambda row: row is not None, timeout_s=10
+        )
+        assert daemon.process is not None
+        assert daemon.process.poll() is None, daemon.tail()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -212,3 +214,44 @@ def test_missing_folder_is_reported(tmp_path: Path) -> None:
 def test_empty_folder_loads_nothing(tmp_path: Path) -> None:
     result = load_pipelines(tmp_path)
     assert (result.pipelines, result.assets, result.errors) == ({}, {}, [])
+
+
+def _scandir_failing(monkeypatch: pytest.MonkeyPatch, folder: Path, error: OSError) -> None:
+    """``os.scandir`` of ``folder`` raises ``error`` (as root, no folder is unreadable)."""
+    scandir = os.scandir
+
+    def failing(path: os.PathLike[str] | str) -> Any:
+        if Path(path) == folder:
+            raise error
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", failing)
+
+
+def test_folder_that_cannot_be_listed_is_reported_and_the_others_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: its pipelines were dropped without a word."""
+    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    _write(tmp_path, "team/job.py", PIPELINE.format(pid="job", out="job_out"))
+    locked = tmp_path / "team"
+    _scandir_failing(monkeypatch, locked, PermissionError(13, "Permission denied", str(locked)))
+    result = load_pipelines(tmp_path)
+    assert list(result.pipelines) == ["good"]
+    assert result.errors == [
+        LoadError(
+            str(locked), None, f"cannot list the folder: [Errno 13] Permission denied: '{locked}'"
+        )
+    ]
+
+
+def test_folder_removed_while_the_folder_is_walked_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: FileNotFoundError out of the walk, which ended the daemon during its folder scan."""
+    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    _write(tmp_path, "old/job.py", PIPELINE.format(pid="job", out="job_out"))
+    gone = tmp_path / "old"
+    _scandir_failing(monkeypatch, gone, FileNotFoundError(2, "No such file", str(gone)))
+    result = load_pipelines(tmp_path)
+    assert (list(result.pipelines), result.errors) == (["good"], [])
