@@ -373,3 +373,26 @@ async def test_subfolders_removed_while_the_daemon_scans_the_folder_stop_nothing
         )
         assert daemon.process is not None
         assert daemon.process.poll() is None, daemon.tail()
+
+
+@pytest.mark.parametrize(
+    ("url", "cause"),
+    [
+        (
+            "postgresql://postgres:secret@127.0.0.1:5432/postgres?sslmode=require",
+            "connect() got an unexpected keyword argument 'sslmode'",
+        ),
+        ("postgresql://postgres@127.0.0.1:99999/postgres", "port must be 0-65535"),
+    ],
+)
+async def test_database_url_the_driver_refuses_stops_the_start_naming_it(
+    deployment: Deployment, url: str, cause: str
+) -> None:
+    """Was: a traceback (``daemon_crashed``) on every start."""
+    config = deployment.config_file(database={"url": url})
+
+    stderr = await failed_start(deployment, config)
+
+    shown = url.replace("secret", "***")
+    assert stderr.startswith(f"triggerer: [database] url {shown}: the database driver refuses it: ")
+    assert cause in stderr

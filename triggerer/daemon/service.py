@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, make_url, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer import metrics
+from triggerer.config import ConfigError
 from triggerer.daemon.backoff import keep_running, until_stored
 from triggerer.daemon.ingest import Delivery, Ingest
 from triggerer.daemon.launcher import Launcher
@@ -260,7 +261,15 @@ async def serve(
     down at start is waited for; one that goes away later stops nothing: every loop that uses
     it retries until it is back.
     """
-    await until_stored(lambda: upgrade(settings.database.url), during="upgrade")
+    try:
+        await until_stored(lambda: upgrade(settings.database.url), during="upgrade")
+    # The first connection: a URL that parses but that the driver refuses (asyncpg's
+    # ``ssl=`` for libpq's ``sslmode=``, a port past 65535) would fail every start the same way.
+    except (TypeError, ValueError, OverflowError) as error:
+        url = make_url(settings.database.url).render_as_string(hide_password=True)
+        raise ConfigError(
+            f"[database] url {url}: the database driver refuses it: {error}"
+        ) from None
     engine = create_engine(settings.database.url)
     service = Service(settings, session_factory(engine))
     try:
