@@ -8,6 +8,7 @@ import importlib.util
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -42,8 +43,11 @@ class LoadedPipelines:
     errors: list[LoadError] = dataclasses.field(default_factory=list)
 
 
-def load_pipelines(folder: Path) -> LoadedPipelines:
-    """Import every ``.py`` file under ``folder`` (sorted) and collect its definitions.
+def load_pipelines(
+    folder: Path, on_import: Callable[[Path], object] | None = None
+) -> LoadedPipelines:
+    """Import every ``.py`` file under ``folder`` (sorted) and collect its definitions;
+    ``on_import`` hears of each file as its import starts.
 
     A file that fails to import is reported with its path and line and skipped; a pipeline id
     defined twice is reported naming both files, and the first definition is kept.
@@ -53,6 +57,8 @@ def load_pipelines(folder: Path) -> LoadedPipelines:
         result.errors.append(LoadError(str(folder), None, "pipelines folder does not exist"))
         return result
     for path in pipeline_files(folder, result.errors):
+        if on_import is not None:
+            on_import(path)
         module = _import_file(path, folder, result.errors)
         if module is not None:
             _collect(module, path, result)

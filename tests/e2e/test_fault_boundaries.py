@@ -396,3 +396,24 @@ async def test_database_url_the_driver_refuses_stops_the_start_naming_it(
     shown = url.replace("secret", "***")
     assert stderr.startswith(f"triggerer: [database] url {shown}: the database driver refuses it: ")
     assert cause in stderr
+
+
+WAITS_AT_IMPORT = """
+    import time
+
+    time.sleep(3600)  # a call to a service that does not answer
+"""
+
+
+async def test_pipeline_file_whose_import_does_not_return_is_named(
+    deployment: Deployment,
+) -> None:
+    """Was: the daemon started no watcher and reloaded nothing, and said nothing of why."""
+    slow = deployment.write_pipelines(WAITS_AT_IMPORT, name="slow.py")
+
+    with deployment.process_with_config(deployment.config_file()) as daemon:
+        daemon.start()
+        (reported,) = await daemon.wait_logged("pipeline_file_slow", timeout_s=30)
+
+    assert reported["path"] == str(slow)
+    assert reported["loading_s"] >= 10

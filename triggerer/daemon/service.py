@@ -46,6 +46,9 @@ from watchers import kafka_fetcher, sqs_session
 from watchers.kafka import KafkaTrigger
 from watchers.sqs import SqsTrigger
 
+SLOW_LOAD_S = 10.0
+"""How long loading the pipelines folder may take before the file being imported is logged."""
+
 if TYPE_CHECKING:
     from triggerer.api.server import ApiServer
     from triggerer.config import Settings
@@ -143,9 +146,7 @@ class Service:
 
     async def reload(self, task_group: anyio.abc.TaskGroup) -> None:
         """Load the pipelines folder and bring the database and the watchers in line."""
-        loaded: LoadedPipelines = await anyio.to_thread.run_sync(
-            load_pipelines, Path(self.settings.pipelines.dir)
-        )
+        loaded = await _load(Path(self.settings.pipelines.dir))
         for error in loaded.errors:
             log.error("pipeline_file_failed", error=str(error))
         changes = DefinitionChanges()
@@ -391,6 +392,29 @@ async def _watch_folder(service: Service, task_group: anyio.abc.TaskGroup) -> No
         if current != seen:
             await until_stored(lambda: service.reload(task_group), during="reload")
             seen = current
+
+
+async def _load(folder: Path) -> LoadedPipelines:
+    """``load_pipelines`` in a thread. A file whose import does not return (one that waits on
+    the network at import) holds up this load and every reload after it: logged, naming it."""
+    importing: list[Path] = []
+
+    async def report_slow() -> None:
+        started = anyio.current_time()
+        while True:
+            await anyio.sleep(SLOW_LOAD_S)
+            log.warning(
+                "pipeline_file_slow",
+                path=str(importing[-1]) if importing else str(folder),
+                loading_s=round(anyio.current_time() - started),
+                hint="its import has not returned; the pipelines folder is not reloaded meanwhile",
+            )
+
+    async with anyio.create_task_group() as reporting:
+        reporting.start_soon(report_slow)
+        loaded = await anyio.to_thread.run_sync(partial(load_pipelines, folder, importing.append))
+        reporting.cancel_scope.cancel()
+    return loaded
 
 
 def _snapshot(folder: Path) -> dict[str, float]:
