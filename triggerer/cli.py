@@ -6,10 +6,11 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import structlog
@@ -27,6 +28,11 @@ from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource
 from triggerer.store.types import utcnow
 from triggerer.views import View
+
+if TYPE_CHECKING:
+    import httpx
+
+    from triggerer.api.schemas import CreatedEvent
 
 _T = TypeVar("_T")
 Rows = list[dict[str, Any]]
@@ -54,9 +60,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(arguments.config)
         configure_logging(settings.logging)
         code: int = anyio.run(arguments.handler, settings, arguments)
+        sys.stdout.flush()  # a reader gone shows here rather than in the interpreter's exit
     except (ConfigError, CliError, LookupError, ValueError) as error:
         print(f"triggerer: {error}", file=sys.stderr)  # noqa: T201 - CLI output
         return 1
+    except BrokenPipeError:
+        # The reader of stdout is gone (`| head`): end quietly with the status of a tool that
+        # SIGPIPE ended, as cat and ls do, so scripts tell it from a failure. Unwritten output
+        # goes to devnull, or the interpreter's last flush would fail again and say so.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        # Ctrl-C is not an error to explain. `run` never gets here: the daemon takes SIGINT
+        # itself, as a graceful stop.
+        return 128 + signal.SIGINT
     return code
 
 
@@ -74,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if listing:
             command.add_argument("--json", action="store_true", help="one JSON array on stdout")
-            command.add_argument("--limit", type=int, default=50)
+            command.add_argument("--limit", type=_limit, default=50)
         return command
 
     verb(verbs, "run", _run, "run the daemon until SIGTERM/SIGINT")
@@ -149,6 +166,22 @@ def _parser() -> argparse.ArgumentParser:
         "pipeline_id"
     )
     return parser
+
+
+MAX_LIMIT = 2**63 - 1
+"""The largest ``LIMIT`` SQLite and PostgreSQL take (a signed 64-bit integer)."""
+
+
+def _limit(text: str) -> int:
+    try:
+        limit: int | None = int(text)
+    except ValueError:
+        limit = None
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {MAX_LIMIT}, got {text!r}"
+        )
+    return limit
 
 
 def _listing(rows_of: ReadRows, columns: tuple[str, ...]) -> Handler:
@@ -329,7 +362,7 @@ async def _dead_letters_rows(
 async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
     if not isinstance(arguments.extra, dict):
         raise CliError(f"--extra must be a JSON object, got {arguments.extra!r}")
-    if arguments.api:
+    if arguments.api is not None:
         return await _emit_over_api(arguments)
     listeners = listener_manager(settings.listeners.plugins)  # a bad plugin fails before writing
 
@@ -357,7 +390,7 @@ async def _emit_over_api(arguments: argparse.Namespace) -> int:
     import httpx
 
     _quiet_client_logs()
-    base = arguments.api.rstrip("/").removesuffix("/api/v1")
+    base = _api_base(arguments.api)
     token = arguments.token or os.environ.get(TOKEN_ENV)
     body = {
         "uri": arguments.uri,
@@ -372,14 +405,61 @@ async def _emit_over_api(arguments: argparse.Namespace) -> int:
                 headers={"Authorization": f"Bearer {token}"} if token else {},
             )
     except httpx.HTTPError as error:
-        raise CliError(f"cannot reach the API at {base}: {error or type(error).__name__}") from None
+        raise CliError(
+            f"cannot reach the API at {base}: {str(error) or type(error).__name__}"
+        ) from None
     if response.status_code != httpx.codes.CREATED:
         raise CliError(
             f"the API at {base} refused the event ({response.status_code}): {_detail(response)}"
         )
-    created = response.json()
-    _say(f"event {created['id']} on {created['uri']}; queued for {_queued(created['queued_for'])}")
+    created = _created_event(response, base)
+    _say(f"event {created.id} on {created.uri}; queued for {_queued(created.queued_for)}")
     return 0
+
+
+def _api_base(url: str) -> str:
+    """The root of the API at ``url`` (given with or without ``/api/v1``), checked up front:
+    httpx would take a port out of range and fail with a traceback when connecting."""
+    if not _is_http_url(url):
+        raise CliError(
+            f"--api must be an http:// or https:// URL with a host and a port from 1 to 65535, "
+            f"got {url!r}"
+        )
+    return url.rstrip("/").removesuffix("/api/v1")
+
+
+def _is_http_url(url: str) -> bool:
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return False
+    port_fits = parsed.port is None or 1 <= parsed.port <= 65535
+    return parsed.scheme in ("http", "https") and bool(parsed.host) and port_fits
+
+
+API_BODY_CHARS = 80
+"""How much of an unexpected API answer an error message quotes."""
+
+
+def _created_event(response: httpx.Response, base: str) -> CreatedEvent:
+    from pydantic import ValidationError
+
+    from triggerer.api.schemas import CreatedEvent
+
+    try:
+        return CreatedEvent.model_validate_json(response.content)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"]) or "body"
+        body = response.text
+        if len(body) > API_BODY_CHARS:
+            body = body[: API_BODY_CHARS - 1] + "…"
+        raise CliError(
+            f"the API at {base} answered {response.status_code} with {body!r}, which is not a "
+            f"triggerer event ({where}: {problem['msg']})"
+        ) from None
 
 
 def _detail(response: Any) -> str:
@@ -421,6 +501,13 @@ async def _post_kafka(_: Settings, arguments: argparse.Namespace) -> int:
         )
     except SendError as error:
         raise CliError(str(error)) from None
+    except (OverflowError, ValueError) as error:
+        # aiokafka parses the addresses only when connecting: a port that is not a number
+        # (ValueError) or out of range (OverflowError) shows up here.
+        raise CliError(
+            f"--bootstrap-servers must be HOST:PORT[,HOST:PORT...] with ports from 1 to 65535, "
+            f"got {arguments.bootstrap_servers!r} ({error})"
+        ) from None
     _say(f"sent {len(sent)} message(s) to {arguments.topic}")
     return 0
 

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
 import pytest
 import structlog
 
+from triggerer.api.schemas import CreatedEvent
 from triggerer.cli import main
 from triggerer.config import current_settings
 from triggerer.daemon.registry import sync_definitions
@@ -72,6 +82,9 @@ def synced(cli_database: str, tmp_path: Path) -> str:
 
     anyio.run(sync)
     return cli_database
+
+
+TRIGGERER_BIN = Path(sys.executable).with_name("triggerer")
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -254,3 +267,199 @@ def test_bad_config_value_names_key_value_and_allowed(
     assert code == 1
     assert "spark.mode = 'yarn'" in err
     assert "'local', 'classic', 'connect' or 'submit'" in err
+
+
+@pytest.mark.parametrize("limit", ["99999999999999999999", "0", "-1", "ten"])
+def test_a_limit_out_of_range_is_a_usage_error_naming_it(
+    capsys: pytest.CaptureFixture[str], limit: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["pipelines", "list", "--limit", limit])
+    assert exited.value.code == 2
+    assert f"argument --limit: must be a whole number from 1 to {2**63 - 1}, got {limit!r}" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("events", "emit", "orders", "--api", ""), "--api must be an http:// or https:// URL"),
+        (
+            ("events", "emit", "orders", "--api", "http://127.0.0.1:99999"),
+            "'http://127.0.0.1:99999'",
+        ),
+        (("events", "emit", "orders", "--api", "http://127.0.0.1:port"), "'http://127.0.0.1:port'"),
+        (("events", "emit", "orders", "--api", "127.0.0.1:8080"), "'127.0.0.1:8080'"),
+        (
+            ("post", "kafka", "t", "m", "--bootstrap-servers", "127.0.0.1:99999"),
+            "--bootstrap-servers must be HOST:PORT[,HOST:PORT...] with ports from 1 to 65535, "
+            "got '127.0.0.1:99999'",
+        ),
+    ],
+)
+def test_a_bad_address_is_one_line_naming_it(
+    cli_database: str, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    code, out, err = run_cli(capsys, *argv)
+    assert (code, out) == (1, "")
+    assert err.startswith("triggerer: ")
+    assert message in err
+    assert len(err.splitlines()) == 1
+
+
+class _FakeApi(BaseHTTPRequestHandler):
+    """Answers every POST with 201 and the server's ``body``; none resets the connection."""
+
+    server: _FakeApiServer
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.server.body is None:
+            # Linger 0: closing sends a reset, as a crashed proxy or server does.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.server.body)))
+        self.end_headers()
+        self.wfile.write(self.server.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: pytest's output is for the test's own."""
+
+
+class _FakeApiServer(ThreadingHTTPServer):
+    body: bytes | None = None
+
+
+@pytest.fixture
+def fake_api() -> Iterator[_FakeApiServer]:
+    """An HTTP server on a free loopback port answering whatever ``body`` is set to."""
+    with _FakeApiServer(("127.0.0.1", 0), _FakeApi) as server:
+        thread = threading.Thread(target=server.serve_forever)
+        thread.start()
+        yield server
+        server.shutdown()
+        thread.join()
+
+
+def _url(server: _FakeApiServer) -> str:
+    host, port = server.server_address[:2]
+    return f"http://{host!s}:{port}"
+
+
+CREATED = CreatedEvent(
+    id=7,
+    asset_id=1,
+    uri="orders",
+    source="api",
+    timestamp=dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+    partition_key=None,
+    extra={},
+    source_run_id=None,
+    source_trigger_id=None,
+    queued_for=["count_orders"],
+)
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_emit_over_the_api_prints_the_created_event(
+    cli_database: str, fake_api: _FakeApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.body = CREATED.model_dump_json().encode()
+    code, out, err = run_cli(capsys, "events", "emit", "orders", "--api", _url(fake_api))
+    assert (code, out, err) == (0, "event 7 on orders; queued for count_orders\n", "")
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"[1]", "(body: Input should be an object)"),
+        (b'"x"', "(body: Input should be an object)"),
+        (b'{"queued_for":5}', "(id: Field required)"),
+        (b'{"queued_for":[1]}', "(id: Field required)"),
+        (b'{"id":1}', "(asset_id: Field required)"),
+        (
+            CREATED.model_dump_json().replace('["count_orders"]', "[1]").encode(),
+            "(queued_for.0: Input should be a valid string)",
+        ),
+        (b"<html>", "(body: Invalid JSON"),
+    ],
+)
+def test_emit_over_the_api_names_an_answer_that_is_not_an_event(
+    cli_database: str,
+    fake_api: _FakeApiServer,
+    capsys: pytest.CaptureFixture[str],
+    body: bytes,
+    problem: str,
+) -> None:
+    fake_api.body = body
+    code, out, err = run_cli(capsys, "events", "emit", "orders", "--api", _url(fake_api))
+    assert (code, out) == (1, "")
+    text = body.decode()
+    quoted = repr(text if len(text) <= 80 else text[:79] + "…")
+    assert err.startswith(
+        f"triggerer: the API at {_url(fake_api)} answered 201 with {quoted}, "
+        f"which is not a triggerer event {problem}"
+    )
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_emit_over_the_api_names_a_dropped_connection(
+    cli_database: str, fake_api: _FakeApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(capsys, "events", "emit", "orders", "--api", _url(fake_api))
+    assert (code, out) == (1, "")
+    assert err == f"triggerer: cannot reach the API at {_url(fake_api)}: ReadError\n"
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("unbuffered", [True, False])
+def test_a_reader_gone_ends_the_listing_quietly_as_sigpipe_would(
+    synced: str, monkeypatch: pytest.MonkeyPatch, unbuffered: bool
+) -> None:
+    if unbuffered:
+        monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    else:
+        monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before the CLI writes: as after `| head -0`, deterministically
+    try:
+        ended = subprocess.run(  # noqa: S603 - a fixed argv of our own binary
+            [TRIGGERER_BIN, "pipelines", "list"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (ended.returncode, ended.stderr) == (128 + signal.SIGPIPE, b"")
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_ctrl_c_during_a_command_exits_130_without_a_traceback(cli_database: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent_api:
+        silent_api.settimeout(60)
+        url = f"http://127.0.0.1:{silent_api.getsockname()[1]}"
+        with subprocess.Popen(  # noqa: S603 - a fixed argv of our own binary
+            [TRIGGERER_BIN, "events", "emit", "orders", "--api", url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ) as cli:
+            connection, _ = silent_api.accept()
+            with connection:
+                request = b""
+                while b"\r\n\r\n" not in request:  # then the CLI waits for the answer
+                    received = connection.recv(4096)
+                    assert received, "the CLI closed the connection without a request"
+                    request += received
+                cli.send_signal(signal.SIGINT)
+                out, err = cli.communicate(timeout=60)
+    assert (cli.returncode, out, err) == (128 + signal.SIGINT, b"", b"")
