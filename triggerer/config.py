@@ -45,6 +45,16 @@ DAY_S = 86_400.0
 class DatabaseSettings(_Section):
     url: str = f"sqlite:///{HOME / 'triggerer.db'}"
 
+    @field_validator("url")
+    @classmethod
+    def _supported(cls, url: str) -> str:
+        from triggerer.store.engine import async_url  # the store's imports, only when needed
+
+        parsed = async_url(url)  # a ValueError naming the URL, password hidden
+        if parsed.port is not None and not 0 < parsed.port <= 65535:
+            raise ValueError(f"port {parsed.port} is not a port (1 to 65535)")
+        return url
+
 
 class PipelinesSettings(_Section):
     dir: Path = HOME / "pipelines"
@@ -269,7 +279,7 @@ def _describe(error: pydantic.ValidationError, config_file: str | None) -> str:
         env = "TRIGGERER_" + "__".join(str(part).upper() for part in problem["loc"])
         if problem["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown setting (from the file or {env})")
-        elif key == "api.tokens":  # never show a token
+        elif key in ("database.url", "api.tokens"):  # never show a password or a token
             lines.append(f"  {key}: {problem['msg']} (or set {env})")
         else:
             lines.append(f"  {key} = {problem['input']!r}: {problem['msg']} (or set {env})")

@@ -382,7 +382,6 @@ async def test_subfolders_removed_while_the_daemon_scans_the_folder_stop_nothing
             "postgresql://postgres:secret@127.0.0.1:5432/postgres?sslmode=require",
             "connect() got an unexpected keyword argument 'sslmode'",
         ),
-        ("postgresql://postgres@127.0.0.1:99999/postgres", "port must be 0-65535"),
     ],
 )
 async def test_database_url_the_driver_refuses_stops_the_start_naming_it(

@@ -120,6 +120,24 @@ def test_times_must_be_finite_and_at_most_a_day(
         load_settings(_toml(tmp_path, text + "\n"))
 
 
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("notaurl", "unsupported database URL 'notaurl'"),
+        ("mysql://u:secret@h/db", "unsupported database URL 'mysql://u:***@h/db'"),
+        ("postgresql://u:secret@h:99999/db", "port 99999 is not a port (1 to 65535)"),
+    ],
+)
+def test_database_url_must_be_one_the_store_takes(
+    monkeypatch: pytest.MonkeyPatch, url: str, problem: str
+) -> None:
+    monkeypatch.setenv("TRIGGERER_DATABASE__URL", url)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert f"database.url: Value error, {problem}" in str(info.value)
+    assert "secret" not in str(info.value)
+
+
 def test_unreadable_file_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _toml(tmp_path, "[daemon]\n")
 
