@@ -304,6 +304,8 @@ async def _run(
         task_group.start_soon(service.notifier.run)
         if service.spark_server is not None:
             task_group.start_soon(service.spark_server.run)
+        # Seen before the first load, so a file written while it runs is loaded next.
+        seen = _snapshot(Path(settings.pipelines.dir))
         await until_stored(lambda: service.reload(task_group), during="reload")
         await until_stored(service.heartbeat, during="heartbeat")
         if api is not None:
@@ -324,7 +326,7 @@ async def _run(
                         during="heartbeat",
                     )
                 )
-                background.start_soon(_watch_folder, service, task_group)
+                background.start_soon(_watch_folder, service, task_group, seen)
                 background.start_soon(listen, engine, service.on_notice)
                 task_status.started()
                 await (shutdown_trigger or _signalled)()
@@ -382,10 +384,12 @@ async def _every(interval_s: float, action: Callable[[], Awaitable[None]]) -> No
         await action()
 
 
-async def _watch_folder(service: Service, task_group: anyio.abc.TaskGroup) -> None:
-    """Reload when a ``.py`` file in the pipelines folder is added, changed or removed."""
+async def _watch_folder(
+    service: Service, task_group: anyio.abc.TaskGroup, seen: dict[str, float]
+) -> None:
+    """Reload when a ``.py`` file in the pipelines folder is added, changed or removed since
+    ``seen``."""
     folder = Path(service.settings.pipelines.dir)
-    seen = _snapshot(folder)
     while True:
         await anyio.sleep(service.settings.pipelines.reload_interval_s)
         current = await anyio.to_thread.run_sync(_snapshot, folder)
