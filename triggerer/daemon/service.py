@@ -264,8 +264,8 @@ async def serve(
     """
     try:
         await until_stored(lambda: upgrade(settings.database.url), during="upgrade")
-    # The first connection: a URL that parses but that the driver refuses (asyncpg's
-    # ``ssl=`` for libpq's ``sslmode=``, a port past 65535) would fail every start the same way.
+    # The first connection: a URL that passes the settings' check but that the driver refuses
+    # (libpq's ``sslmode=`` where asyncpg takes ``ssl=``) would fail every start the same way.
     except (TypeError, ValueError, OverflowError) as error:
         url = make_url(settings.database.url).render_as_string(hide_password=True)
         raise ConfigError(
