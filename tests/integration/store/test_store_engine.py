@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from triggerer.store import async_url, create_engine
+from triggerer.store import engine as engine_module
 from triggerer.store.engine import deployment_id
 from triggerer.store.models import trigger_key
 
@@ -93,3 +94,42 @@ def test_the_deployment_is_the_database_however_its_url_is_written(
     postgres = deployment_id("postgresql://app:secret@db:5432/triggerer")
     assert deployment_id("postgresql+psycopg://app:other@db:5432/triggerer") == postgres
     assert deployment_id("postgresql://app@db:5432/staging") != postgres
+
+
+@pytest.mark.parametrize("db_backend", ["postgresql"])
+async def test_a_pooled_connection_the_server_dropped_while_idle_is_replaced(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a database restart or failover does to the pool, to one connection.
+    monkeypatch.setattr(engine_module, "PG_IDLE_PING_S", 0.0)
+    engine, admin = create_engine(database_url), create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            dropped = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar()
+        async with admin.connect() as conn:
+            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dropped})
+        async with engine.connect() as conn:
+            replaced = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar()
+    finally:
+        await engine.dispose()
+        await admin.dispose()
+    assert replaced != dropped
+
+
+@pytest.mark.parametrize("db_backend", ["postgresql"])
+async def test_a_connection_in_use_a_moment_ago_is_not_pinged(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = create_engine(database_url)
+    pings = []
+    monkeypatch.setattr(engine.dialect, "do_ping", pings.append)
+    try:
+        for _ in range(3):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        monkeypatch.setattr(engine_module, "PG_IDLE_PING_S", 0.0)
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    finally:
+        await engine.dispose()
+    assert len(pings) == 1  # only once idle longer than PG_IDLE_PING_S
