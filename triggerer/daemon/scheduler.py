@@ -21,7 +21,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import anyio
 import structlog
@@ -175,14 +175,14 @@ class Scheduler:
     async def _create_asset_run(
         self, session: AsyncSession, pipeline: Pipeline, registry: Registry
     ) -> str | None:
-        paused, error = await _pipeline_state(session, pipeline.pipeline_id)
+        paused, error, active_runs = await _pipeline_state(session, pipeline.pipeline_id)
         if pipeline.condition is None:
             if pipeline.cron is None:
                 # Manual only: nothing to evaluate, so an error of an earlier schedule is gone.
                 await _report(session, pipeline.pipeline_id, error, None)
             return None
         # Paused or at max_active_runs: not evaluated, so its error (if any) stands.
-        if paused is not False or not await _below_max_active_runs(session, pipeline):
+        if paused is not False or active_runs >= pipeline.max_active_runs:
             return None
         pick = await _pick_queued(session, pipeline, pipeline.condition, registry)
         if not pick.rows:
@@ -196,7 +196,7 @@ class Scheduler:
         self, pipeline_id: str, error: str | None, cause: BaseException | None = None
     ) -> None:
         async with self._sessions.begin() as session:
-            _, was = await _pipeline_state(session, pipeline_id)
+            was = (await _pipeline_state(session, pipeline_id)).error
             await _report(session, pipeline_id, was, error, cause)
 
     async def _drop_foreign_rows(self) -> None:
@@ -285,8 +285,8 @@ class Scheduler:
         after = next_tick(cron, now)
         try:
             async with self._sessions.begin() as session:
-                paused, error = await _pipeline_state(session, pipeline_id)
-                if not paused and not await _below_max_active_runs(session, pipeline):
+                paused, error, active_runs = await _pipeline_state(session, pipeline_id)
+                if not paused and active_runs >= pipeline.max_active_runs:
                     if self._waiting_ticks.get(pipeline_id) != tick:
                         self._waiting_ticks[pipeline_id] = tick
                         log.info(
@@ -354,13 +354,18 @@ def _run_id(pipeline_id: str, kind: str, suffix: str) -> str:
 
 
 # The statements of every pass are built once: building them cost more than running them.
-_PIPELINE_STATE = select(models.Pipeline.paused, models.Pipeline.error).where(
-    models.Pipeline.pipeline_id == bindparam("pipeline_id")
-)
+# The active states as one comparison each, not IN: an IN list is rendered on every execution.
 _ACTIVE_RUNS = (
     select(func.count())
     .select_from(models.Run)
-    .where(models.Run.pipeline_id == bindparam("pipeline_id"), models.Run.state.in_(ACTIVE_STATES))
+    .where(
+        models.Run.pipeline_id == models.Pipeline.pipeline_id,
+        or_(*(models.Run.state == state for state in ACTIVE_STATES)),
+    )
+    .scalar_subquery()
+)
+_PIPELINE_STATE = select(models.Pipeline.paused, models.Pipeline.error, _ACTIVE_RUNS).where(
+    models.Pipeline.pipeline_id == bindparam("pipeline_id")
 )
 
 
@@ -385,17 +390,18 @@ _CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).
 )
 
 
-async def _pipeline_state(
-    session: AsyncSession, pipeline_id: str
-) -> tuple[bool | None, str | None]:
-    """(paused, error) of the pipeline's row; paused is ``None`` when there is no row."""
+class _PipelineState(NamedTuple):
+    """What the scheduler reads of a pipeline's row before evaluating it, in one statement."""
+
+    paused: bool | None
+    """``None`` when there is no row."""
+    error: str | None
+    active_runs: int
+
+
+async def _pipeline_state(session: AsyncSession, pipeline_id: str) -> _PipelineState:
     row = (await session.execute(_PIPELINE_STATE, {"pipeline_id": pipeline_id})).one_or_none()
-    return (None, None) if row is None else (row.paused, row.error)
-
-
-async def _below_max_active_runs(session: AsyncSession, pipeline: Pipeline) -> bool:
-    active = await session.scalar(_ACTIVE_RUNS, {"pipeline_id": pipeline.pipeline_id})
-    return (active or 0) < pipeline.max_active_runs
+    return _PipelineState(None, None, 0) if row is None else _PipelineState(*row)
 
 
 async def _report(
