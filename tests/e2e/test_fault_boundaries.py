@@ -333,6 +333,47 @@ BUG = """
 """
 
 
+MISSHAPEN_LAG = """
+    import asyncio
+    import dataclasses
+
+    from triggerer import Asset, AssetWatcher, BaseEventTrigger
+
+    @dataclasses.dataclass
+    class LaggingTrigger(BaseEventTrigger):
+        lag = 5
+
+        @property
+        def lag_by_partition(self):
+            return {{"orders": 5}}  # no partition
+
+        async def run(self):
+            await asyncio.Event().wait()
+            yield
+
+    orders = Asset("orders", watchers=[AssetWatcher("lagging", LaggingTrigger())])
+"""
+
+
+async def test_trigger_whose_lag_by_partition_is_misshapen_stops_no_heartbeat(
+    deployment: Deployment,
+) -> None:
+    """Was: the heartbeat raised unpacking its keys, which ended the daemon on every start."""
+    deployment.write_pipelines(MISSHAPEN_LAG)
+
+    with deployment.process_with_config(deployment.config_file()) as daemon:
+        daemon.start()
+        failed = await daemon.wait_logged("trigger_lag_failed", timeout_s=30, times=3)
+        checked = await triggerer_cli(
+            deployment.env(), "--config", str(deployment.config_file()), "check"
+        )
+        assert daemon.process is not None
+        assert daemon.process.poll() is None, daemon.tail()
+
+    assert "got 'orders': 5" in failed[0]["error"]
+    assert checked.returncode == 0, checked.stdout
+
+
 async def test_a_bug_past_every_fault_boundary_ends_the_daemon_at_once(
     deployment: Deployment,
 ) -> None:

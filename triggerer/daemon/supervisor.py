@@ -95,14 +95,12 @@ class Supervisor:
             # heartbeat reports its lag as unknown.
             try:
                 lag = trigger.lag
-                by_partition = getattr(trigger, "lag_by_partition", None)
+                by_partition = _partition_lags(getattr(trigger, "lag_by_partition", None))
             except Exception as error:  # noqa: BLE001
                 log.warning("trigger_lag_failed", trigger_id=trigger_id, error=repr(error))
-                lag = by_partition = None
+                lag, by_partition = None, {}
             status.lag = lag if isinstance(lag, int) else None
-            metrics.partition_lag(
-                trigger_id, by_partition if isinstance(by_partition, Mapping) else {}
-            )
+            metrics.partition_lag(trigger_id, by_partition)
 
     def leases_lost(self, names: set[str]) -> None:
         """Another instance took these leases over: stop running their triggers here."""
@@ -249,3 +247,21 @@ def _described(error: Exception) -> str:
 
 def lease_name(trigger_id: int) -> str:
     return f"trigger:{trigger_id}"
+
+
+def _partition_lags(value: object) -> dict[tuple[str, int], int]:
+    """A trigger's ``lag_by_partition`` (``None`` when it has none) as the metrics take it;
+    a value of another shape raises, naming what it holds."""
+    if value is None:
+        return {}
+    shape = "lag_by_partition must map (topic, partition) to a lag in messages"
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{shape}, not {type(value).__name__}")
+    lags = dict(value)
+    for key, lag in lags.items():
+        match key, lag:
+            case (str(), int()), int():
+                pass
+            case _:
+                raise TypeError(f"{shape}; got {key!r}: {lag!r}")
+    return lags
