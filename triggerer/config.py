@@ -53,6 +53,13 @@ class DatabaseSettings(_Section):
         parsed = async_url(url)  # a ValueError naming the URL, password hidden
         if parsed.port is not None and not 0 < parsed.port <= 65535:
             raise ValueError(f"port {parsed.port} is not a port (1 to 65535)")
+        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+        if database and Path(database).is_dir():
+            # SQLite cannot open it, which would look like an outage retried forever.
+            raise ValueError(
+                f"{database} is a folder: name the database file in it, e.g. "
+                f"sqlite:///{Path(database, 'triggerer.db')}"
+            )
         return url
 
 

@@ -438,6 +438,39 @@ async def test_database_url_the_driver_refuses_stops_the_start_naming_it(
     assert cause in stderr
 
 
+async def test_sqlite_url_naming_a_folder_stops_the_start_naming_it(
+    deployment: Deployment,
+) -> None:
+    """Was: retried forever as an outage (store_unavailable), naming neither the folder nor
+    the fix."""
+    folder = deployment.tmp_path / "state"
+    folder.mkdir()
+    config = deployment.config_file(database={"url": f"sqlite:///{folder}"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
+
+    started = await triggerer_cli(env, "run", "--config", str(config))
+
+    stderr = started.stderr.decode()
+    assert started.returncode == 1, stderr
+    assert stderr.startswith(f"triggerer: invalid configuration in {config}:\n  database.url: ")
+    assert f"{folder} is a folder: name the database file in it" in stderr
+    assert f"sqlite:///{folder / 'triggerer.db'}" in stderr
+
+
+async def test_sqlite_url_under_the_home_folder_opens_there(deployment: Deployment) -> None:
+    """Was: the folder was made under HOME but the file opened in a folder named "~" in the
+    working directory, which did not exist: an outage retried forever."""
+    config = deployment.config_file(database={"url": "sqlite:///~/state/triggerer.db"})
+    home = deployment.tmp_path / "home"
+    daemon = deployment.process_with_config(config)
+    daemon.env |= {"HOME": str(home)}
+    with daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded", timeout_s=30)
+
+    assert (home / "state" / "triggerer.db").is_file()
+
+
 WAITS_AT_IMPORT = """
     import time
 

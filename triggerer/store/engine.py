@@ -81,7 +81,8 @@ def async_url(url: str) -> URL:
     """Parse a database URL and pick its asyncio driver.
 
     ``sqlite:///path`` becomes ``sqlite+aiosqlite``; ``postgresql://`` and ``postgres://`` become
-    ``postgresql+asyncpg``; an explicit async driver is kept. Anything else is a ``ValueError``
+    ``postgresql+asyncpg``; an explicit async driver is kept; a SQLite path starting with ``~``
+    is in the home folder. Anything else is a ``ValueError``
     naming the URL (password masked) and the supported forms.
     """
     try:
@@ -98,7 +99,11 @@ def async_url(url: str) -> URL:
         raise ValueError(
             f"unsupported database URL {_masked(url)!r}: expected one of {SUPPORTED_URLS}"
         )
-    return parsed.set(drivername=f"{backend}+{driver}")
+    parsed = parsed.set(drivername=f"{backend}+{driver}")
+    if backend == "sqlite" and (parsed.database or "").startswith("~"):
+        # As a shell would: the driver would open a folder named "~" in the working directory.
+        parsed = parsed.set(database=str(Path(parsed.database or "").expanduser()))
+    return parsed
 
 
 def deployment_id(url: str | URL) -> str:
@@ -175,7 +180,7 @@ def _sqlite_engine(target: URL) -> AsyncEngine:
         engine = _create_async_engine(target, poolclass=StaticPool, **_JSON_CODEC)
     else:
         if not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = _create_async_engine(target, **_JSON_CODEC)
     event.listen(engine.sync_engine, "connect", _set_sqlite_pragmas)
     return engine
