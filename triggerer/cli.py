@@ -24,6 +24,7 @@ from triggerer.explain import Explanation, explain
 from triggerer.listeners import listener_manager
 from triggerer.logs import configure_logging
 from triggerer.store import create_engine, current_revision, head_revision, session_factory, upgrade
+from triggerer.store.engine import sqlite_file
 from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource
 from triggerer.store.types import utcnow
@@ -229,6 +230,12 @@ async def _with_session(settings: Settings, work: Callable[[AsyncSession], Await
     """``work`` in one transaction on a store of this version's schema; a store that does not
     answer or is not migrated is a one-line error."""
     url = make_url(settings.database.url).render_as_string(hide_password=True)
+    file = sqlite_file(settings.database.url)
+    if file is not None and not file.exists():
+        # Opening it would leave an empty file behind, for a command that only reads.
+        raise CliError(
+            f"no database at {file}: 'triggerer run' creates it (or 'triggerer db upgrade')"
+        )
     try:
         revision = await current_revision(settings.database.url)
         if revision != head_revision():

@@ -48,17 +48,18 @@ class DatabaseSettings(_Section):
     @field_validator("url")
     @classmethod
     def _supported(cls, url: str) -> str:
-        from triggerer.store.engine import async_url  # the store's imports, only when needed
+        # The store's imports, only when needed.
+        from triggerer.store.engine import async_url, sqlite_file
 
         parsed = async_url(url)  # a ValueError naming the URL, password hidden
         if parsed.port is not None and not 0 < parsed.port <= 65535:
             raise ValueError(f"port {parsed.port} is not a port (1 to 65535)")
-        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
-        if database and Path(database).is_dir():
+        file = sqlite_file(url)
+        if file is not None and file.is_dir():
             # SQLite cannot open it, which would look like an outage retried forever.
             raise ValueError(
-                f"{database} is a folder: name the database file in it, e.g. "
-                f"sqlite:///{Path(database, 'triggerer.db')}"
+                f"{file} is a folder: name the database file in it, e.g. "
+                f"sqlite:///{file / 'triggerer.db'}"
             )
         return url
 

@@ -28,6 +28,7 @@ from triggerer.dead_letters import Unstorable, record_dead_letters
 from triggerer.events import NewEvent
 from triggerer.loader import load_pipelines
 from triggerer.store import create_engine, session_factory, upgrade
+from triggerer.store.engine import sqlite_file
 
 PIPELINES = """
 from triggerer import Asset, pipeline
@@ -229,11 +230,32 @@ def test_check_fails_without_a_fresh_heartbeat(
 def test_a_database_never_migrated_is_one_line_naming_the_fix(
     cli_database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    file = sqlite_file(cli_database)
+    if file is not None:
+        file.touch()  # an empty SQLite database
     code, out, err = run_cli(capsys, "events", "list")
     assert (code, out) == (1, "")
     assert err.startswith("triggerer: the database at ")
     assert "run 'triggerer db upgrade'" in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("argv", [("check",), ("pipelines", "list"), ("events", "emit", "orders")])
+def test_a_sqlite_file_that_does_not_exist_is_named_and_not_created(
+    cli_database: str, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
+    file = sqlite_file(cli_database)
+    assert file is not None
+
+    code, out, err = run_cli(capsys, *argv)
+
+    assert (code, out) == (1, "")
+    assert err == (
+        f"triggerer: no database at {file}: 'triggerer run' creates it "
+        "(or 'triggerer db upgrade')\n"
+    )
+    assert not file.exists()
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)

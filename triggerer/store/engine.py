@@ -106,6 +106,17 @@ def async_url(url: str) -> URL:
     return parsed
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite database ``url``; ``None`` for PostgreSQL and in-memory SQLite."""
+    target = async_url(url)
+    database = target.database
+    if target.get_backend_name() != "sqlite" or database in (None, "", ":memory:"):
+        return None
+    if database.startswith("file:"):  # a URI filename: SQLite's to read
+        return None
+    return Path(database)
+
+
 def deployment_id(url: str | URL) -> str:
     """A short name for the metadata database at ``url`` (whatever its driver or password):
     the processes that share one database are one deployment."""
