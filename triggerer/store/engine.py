@@ -63,11 +63,11 @@ _JSON_CODEC: dict[str, Any] = {
 PG_POOL_SIZE = 10
 PG_MAX_OVERFLOW = 10
 PG_POOL_TIMEOUT_S = 30
+PG_POOL_RECYCLE_S = 1800
+"""Connections are replaced after this long, before server or proxy idle limits close them."""
 PG_IDLE_PING_S = 1.0
 """A pooled PostgreSQL connection idle longer than this is pinged before it is used again."""
 _RETURNED_AT = "returned_at"
-PG_POOL_RECYCLE_S = 1800
-"""Connections are replaced after this long, before server or proxy idle limits close them."""
 
 
 def _masked(url: str) -> str:
@@ -82,8 +82,8 @@ def async_url(url: str) -> URL:
 
     ``sqlite:///path`` becomes ``sqlite+aiosqlite``; ``postgresql://`` and ``postgres://`` become
     ``postgresql+asyncpg``; an explicit async driver is kept; a SQLite path starting with ``~``
-    is in the home folder. Anything else is a ``ValueError``
-    naming the URL (password masked) and the supported forms.
+    is in the home folder. Anything else is a ``ValueError`` naming the URL (password masked)
+    and the supported forms.
     """
     try:
         parsed = make_url(url)
@@ -160,9 +160,10 @@ def _ping_when_idle(engine: Engine) -> None:
 
     SQLAlchemy's ``pool_pre_ping`` pings on every use, which on asyncpg is a BEGIN, an empty
     statement and a ROLLBACK: three round trips that cost as much CPU as the short transaction
-    they guard. A connection that was in use less than :data:`PG_IDLE_PING_S` ago is known to
-    be good; one that a server dropped since fails its transaction, which every caller already
-    retries as an outage. A failed ping invalidates the whole pool, as ``pool_pre_ping`` does.
+    they guard. A connection that was in use less than :data:`PG_IDLE_PING_S` ago is taken to be
+    good; if the server dropped it in that moment, its transaction fails as an outage, which the
+    daemon's loops retry and the API answers with a 503, as when the server goes away during a
+    transaction. A failed ping invalidates the whole pool, as ``pool_pre_ping`` does.
     """
     dialect: Dialect = engine.dialect
 
