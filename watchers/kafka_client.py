@@ -20,6 +20,8 @@ Record: TypeAlias = "ConsumerRecord[bytes, bytes]"
 POLL_TIMEOUT_MS = 1000
 _BACKOFF_MIN_S = 0.1
 _BACKOFF_MAX_S = 5.0
+CONNECT_TRIES = 3
+"""Tries to reach the brokers (0.1 and 0.2 s apart) before a watcher fails with the error."""
 
 
 class Backoff:
@@ -60,18 +62,28 @@ class Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is 
 async def connect(
     settings: dict[str, Any], *, group_id: str, topics: list[str], listener: Listener
 ) -> AIOKafkaConsumer:
-    """A started consumer of ``topics`` in ``group_id``, retrying until the broker answers."""
+    """A started consumer of ``topics`` in ``group_id``.
+
+    Brokers that do not answer :data:`CONNECT_TRIES` quick tries raise ``ConnectionError``
+    naming them: the trigger fails, so its watcher shows the error and is started again with
+    the daemon's backoff, instead of showing ``running``.
+    """
     backoff = Backoff()
+    servers = settings["bootstrap_servers"]
+    tries = 0
     while True:
+        tries += 1
         consumer = AIOKafkaConsumer(group_id=group_id, enable_auto_commit=False, **settings)
         consumer.subscribe(topics, listener=listener)
         try:
             await consumer.start()
         except KafkaConnectionError as error:
             await consumer.stop()
-            log.warning(
-                "kafka_connect_failed", servers=settings["bootstrap_servers"], error=str(error)
-            )
+            log.warning("kafka_connect_failed", servers=servers, error=str(error))
+            if tries == CONNECT_TRIES:
+                raise ConnectionError(
+                    f"cannot reach the Kafka brokers at {servers} (tried {tries} times)"
+                ) from error
             await backoff.wait()
         except BaseException:
             await consumer.stop()

@@ -4,6 +4,7 @@ stops ``triggerer run`` at start with an error naming it, never with a traceback
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,7 +14,14 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from tests.e2e.daemon import Deployment, pipeline_row, sqlite_url, trigger_rows, triggerer_cli
+from tests.e2e.daemon import (
+    ORDERS,
+    Deployment,
+    pipeline_row,
+    sqlite_url,
+    trigger_rows,
+    triggerer_cli,
+)
 from triggerer.listeners import ENTRY_POINT_GROUP
 
 if TYPE_CHECKING:
@@ -372,6 +380,29 @@ async def test_trigger_whose_lag_by_partition_is_misshapen_stops_no_heartbeat(
 
     assert "got 'orders': 5" in failed[0]["error"]
     assert checked.returncode == 0, checked.stdout
+
+
+async def test_kafka_watcher_whose_brokers_do_not_answer_shows_the_error(
+    tmp_path: Path,
+) -> None:
+    """Was: ``running`` without an error, forever; only the log said ``kafka_connect_failed``."""
+    unreachable = Deployment(
+        tmp_path, sqlite_url(tmp_path), NO_SPARK, bootstrap="127.0.0.1:1", topic="orders"
+    )
+    unreachable.write_pipelines(ORDERS)
+    config = unreachable.config_file()
+
+    with unreachable.process_with_config(config) as daemon:
+        row = await restarted(unreachable, daemon)
+        listed = await triggerer_cli(
+            unreachable.env(), "--config", str(config), "watchers", "list", "--json"
+        )
+
+    expected = "ConnectionError: cannot reach the Kafka brokers at 127.0.0.1:1 (tried 3 times)"
+    assert row.last_error == expected
+    (watcher,) = json.loads(listed.stdout)
+    assert (watcher["state"], watcher["last_error"]) == ("backoff", expected)
+    assert watcher["restarts"] >= 3
 
 
 async def test_a_bug_past_every_fault_boundary_ends_the_daemon_at_once(
