@@ -54,7 +54,7 @@ class DatabaseSettings(_Section):
         parsed = async_url(url)  # a ValueError naming the URL, password hidden
         if parsed.port is not None and not 0 < parsed.port <= 65535:
             raise ValueError(f"port {parsed.port} is not a port (1 to 65535)")
-        file = sqlite_file(url)
+        file = sqlite_file(parsed)
         if file is not None and file.is_dir():
             # SQLite cannot open it, which would look like an outage retried forever.
             raise ValueError(

@@ -106,13 +106,14 @@ def async_url(url: str) -> URL:
     return parsed
 
 
-def sqlite_file(url: str) -> Path | None:
-    """The file of a SQLite database ``url``; ``None`` for PostgreSQL and in-memory SQLite."""
-    target = async_url(url)
+def sqlite_file(url: str | URL) -> Path | None:
+    """The file of a SQLite database ``url``; ``None`` for PostgreSQL, in-memory SQLite and a
+    URI filename (``file:...``, SQLite's to read)."""
+    target = async_url(url) if isinstance(url, str) else url
     database = target.database
-    if target.get_backend_name() != "sqlite" or database in (None, "", ":memory:"):
+    if target.get_backend_name() != "sqlite" or not database:
         return None
-    if database.startswith("file:"):  # a URI filename: SQLite's to read
+    if database.startswith((":memory:", "file:")):
         return None
     return Path(database)
 
@@ -121,13 +122,9 @@ def deployment_id(url: str | URL) -> str:
     """A short name for the metadata database at ``url`` (whatever its driver or password):
     the processes that share one database are one deployment."""
     parsed = async_url(url) if isinstance(url, str) else url
-    database = parsed.database or ""
-    if (
-        parsed.get_backend_name() == "sqlite"
-        and database
-        and not database.startswith((":memory:", "file:"))
-    ):
-        database = str(Path(database).expanduser().resolve())  # however the path was written
+    file = sqlite_file(parsed)
+    # However the path was written.
+    database = str(file.expanduser().resolve()) if file is not None else parsed.database or ""
     place = f"{parsed.get_backend_name()}://{parsed.host or ''}:{parsed.port or ''}/"
     return hashlib.sha256((place + database).encode()).hexdigest()[:12]
 
@@ -191,8 +188,9 @@ def _sqlite_engine(target: URL) -> AsyncEngine:
         # Each connection would otherwise open its own, empty, in-memory database.
         engine = _create_async_engine(target, poolclass=StaticPool, **_JSON_CODEC)
     else:
-        if not database.startswith("file:"):
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        file = sqlite_file(target)
+        if file is not None:
+            file.parent.mkdir(parents=True, exist_ok=True)
         engine = _create_async_engine(target, **_JSON_CODEC)
     event.listen(engine.sync_engine, "connect", _set_sqlite_pragmas)
     return engine
