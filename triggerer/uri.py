@@ -26,8 +26,10 @@ URIs (:func:`normalize_uri`), by scheme
         ``s3://bucket/``; trailing slashes of a key are stripped (``s3://b/k/`` ->
         ``s3://b/k``).
       - ``file``: an absolute path, written ``file:///abs/path`` (``file:/abs/path`` and
-        ``file://localhost/abs/path`` are the same). Any other host is rejected: it is
-        nearly always a relative path written as ``file://data/x.csv``.
+        ``file://localhost/abs/path`` are the same); trailing slashes are stripped
+        (``file:///data/in/`` -> ``file:///data/in``), but for the root ``file:///``. Any
+        other host is rejected: it is nearly always a relative path written as
+        ``file://data/x.csv``.
       - ``postgres``/``postgresql``: becomes ``postgres``; a host is required; the port
         defaults to 5432; the path is exactly ``/<database>/<schema>/<table>``.
       - ``http``, ``https``: a host is required; the default port (80, 443) is dropped and an
@@ -277,7 +279,8 @@ def _bucket(shown: str, parts: SplitResult) -> SplitResult:
 
 
 def _file(shown: str, parts: SplitResult) -> SplitResult:
-    """``file``: an absolute local path, no host other than ``localhost``."""
+    """``file``: an absolute local path, no host other than ``localhost``; trailing slashes
+    go (a folder is one asset however it is written), the root stays ``/``."""
     valid = "write file:///<absolute path>"
     if parts.netloc and parts.netloc.lower() != "localhost":
         raise InvalidAssetUri(
@@ -287,7 +290,7 @@ def _file(shown: str, parts: SplitResult) -> SplitResult:
     if not parts.path.startswith("/"):
         problem = "has no path" if not parts.path else "has a relative path"
         raise InvalidAssetUri(f"asset URI {shown} {problem}: {valid}")
-    return parts._replace(netloc="")
+    return parts._replace(netloc="", path=parts.path.rstrip("/") or "/")
 
 
 def _postgres(shown: str, parts: SplitResult) -> SplitResult:

@@ -51,6 +51,12 @@ def test_uri_only_assets_with_equivalent_uris_are_equal() -> None:
     assert Asset(uri="s3://b") == Asset(uri="s3://b/")
 
 
+def test_a_folder_is_one_asset_with_or_without_its_trailing_slash() -> None:
+    """Was: ``file:///123/456/`` kept its slash, so it and ``file:///123/456`` were two."""
+    assert Asset("file:///123/456/").uri == "file:///123/456"
+    assert Asset(uri="file:///123/456/") == Asset(uri="file:///123/456")
+
+
 def test_uri_only_asset_keeps_no_password_in_its_name() -> None:
     with pytest.warns(AssetUriWarning):
         asset = Asset(uri="postgres://user:hunter2@db.example/app/public/orders")
