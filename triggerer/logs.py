@@ -13,8 +13,13 @@ if TYPE_CHECKING:
 
 
 def configure_logging(settings: LoggingSettings) -> None:
-    """JSON lines in production (or when asked), readable console output on a terminal."""
-    as_json = settings.format == "json" or (settings.format == "auto" and not sys.stderr.isatty())
+    """JSON lines in production (or when asked), readable console output on a terminal.
+
+    Console output is coloured only on a terminal: written to a file (``format = "console"``
+    with stderr redirected, as the demo does), it is plain text without escape codes.
+    """
+    terminal = sys.stderr.isatty()
+    as_json = settings.format == "json" or (settings.format == "auto" and not terminal)
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -22,7 +27,9 @@ def configure_logging(settings: LoggingSettings) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer()
+        if as_json
+        else structlog.dev.ConsoleRenderer(colors=terminal)
     )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
