@@ -20,13 +20,22 @@ from triggerer.pipelines import Pipeline
 log = structlog.get_logger(__name__)
 
 
+TRACEBACK_FRAMES = 8
+"""How many of a failed import's innermost frames its traceback keeps."""
+TRACEBACK_CHARS = 10_000
+"""Longest traceback kept (an exception's message may be a whole data set)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadError:
-    """Why one file (or one definition in it) could not be loaded."""
+    """Why one file (or one definition in it) could not be loaded: ``line`` is the line in
+    the file where its import failed, when known, and ``traceback`` the traceback's last frames
+    from the file on (both ``None`` for what no import raised)."""
 
     path: str
     line: int | None
     message: str
+    traceback: str | None = dataclasses.field(default=None, compare=False)
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else self.path
@@ -105,6 +114,9 @@ def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleTyp
     if spec is None or spec.loader is None:
         errors.append(LoadError(str(path), None, "not an importable Python file"))
         return None
+    # The file's code, and so its frames, carry the file name the import gave it: absolute
+    # (importlib makes it so), where ``path`` is relative when the folder is.
+    origin = spec.origin or str(path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     # The folder is importable so pipeline files can share helper modules.
@@ -114,12 +126,16 @@ def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleTyp
         spec.loader.exec_module(module)
     except SyntaxError as error:
         del sys.modules[name]
-        errors.append(LoadError(str(path), error.lineno, f"SyntaxError: {error.msg}"))
+        errors.append(_syntax_error(path, origin, error))
         return None
     # Importing a pipeline file runs user code; any failure is reported for that file alone.
     except Exception as error:  # noqa: BLE001
         del sys.modules[name]
-        errors.append(LoadError(str(path), _line_in(path, error), _describe(error)))
+        errors.append(
+            LoadError(
+                str(path), _line_in(origin, error), _describe(error), _traceback(origin, error)
+            )
+        )
         return None
     # sys.exit() or argparse's parse_args() at module level: a script, which must not end the
     # daemon (nor a run's process) either.
@@ -129,9 +145,25 @@ def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleTyp
             f"the file called exit({error.code!r}) while being imported: keep a "
             "script's own code under `if __name__ == '__main__':`"
         )
-        errors.append(LoadError(str(path), _line_in(path, error), message))
+        errors.append(
+            LoadError(str(path), _line_in(origin, error), message, _traceback(origin, error))
+        )
         return None
     return module
+
+
+def _syntax_error(path: Path, origin: str, error: SyntaxError) -> LoadError:
+    """A syntax error in the file itself is at its own line; one in a module the file
+    imports is reported at the file's import, naming the module's file and line."""
+    kind = type(error).__name__  # IndentationError and TabError say more
+    if error.filename == origin:
+        return LoadError(str(path), error.lineno, f"{kind}: {error.msg}", _traceback(origin, error))
+    return LoadError(
+        str(path),
+        _line_in(origin, error),
+        f"{kind} in {error.filename}, line {error.lineno}: {error.msg}",
+        _traceback(origin, error),
+    )
 
 
 def _collect(module: ModuleType, path: Path, result: LoadedPipelines) -> None:
@@ -186,9 +218,29 @@ def _add_condition(condition: BaseAsset, result: LoadedPipelines) -> None:
     result.aliases.update(condition.iter_aliases())
 
 
-def _line_in(path: Path, error: BaseException) -> int | None:
-    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if f.filename == str(path)]
+def _line_in(origin: str, error: BaseException) -> int | None:
+    """The line of the innermost frame of ``error`` in the file compiled as ``origin``."""
+    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if f.filename == origin]
     return lines[-1] if lines else None
+
+
+def _traceback(origin: str, error: BaseException) -> str:
+    """The traceback of ``error`` as Python prints it, from the file's first frame on (the
+    loader's and importlib's frames before it say nothing about the file), at most its last
+    ``TRACEBACK_FRAMES`` frames and ``TRACEBACK_CHARS`` characters."""
+    frames = traceback.extract_tb(error.__traceback__)
+    start = next((i for i, frame in enumerate(frames) if frame.filename == origin), len(frames))
+    shown = frames[start:][-TRACEBACK_FRAMES:]
+    text = "".join(traceback.format_exception_only(error))
+    if shown:
+        skipped = len(frames) - start - len(shown)
+        head = "Traceback (most recent call last):\n"
+        if skipped:
+            head += f"  ... {skipped} earlier frames not shown\n"
+        text = head + "".join(traceback.format_list(shown)) + text
+    if len(text) > TRACEBACK_CHARS:
+        text = text[: TRACEBACK_CHARS - 1] + "…"
+    return text
 
 
 def _describe(error: BaseException) -> str:

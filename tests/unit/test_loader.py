@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from triggerer import Asset, AssetAlias
-from triggerer.loader import LoadError, load_pipelines
+from triggerer.loader import TRACEBACK_FRAMES, LoadError, load_pipelines
 
 PIPELINE = """
 from triggerer import Asset, pipeline
@@ -115,6 +115,107 @@ def test_error_in_an_imported_helper_points_at_the_line_in_the_file(tmp_path: Pa
     assert len(result.errors) == 1
     assert (result.errors[0].path, result.errors[0].line) == (str(bad), 3)
     assert "KeyError" in result.errors[0].message
+
+
+NAME_ERROR = "x = 1\n\nspark_conf.get('x')\n"
+RAISES_IN_FUNCTION = "def setup():\n    raise KeyError('conf')\n\nsetup()\n"
+EXITS = "import sys\n\nsys.exit(2)\n"
+
+
+@pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
+@pytest.mark.parametrize(
+    ("source", "line", "message"),
+    [
+        (NAME_ERROR, 3, "NameError: name 'spark_conf' is not defined"),
+        (RAISES_IN_FUNCTION, 2, "KeyError: 'conf'"),
+        (EXITS, 3, "the file called exit(2) while being imported"),
+        ("x = 1\n\ndef broken(:\n    pass\n", 3, "SyntaxError: invalid syntax"),
+    ],
+    ids=["name_error", "in_function", "exit", "syntax_error"],
+)
+def test_error_keeps_its_line_in_a_relative_folder_as_in_an_absolute_one(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    relative: bool,
+    source: str,
+    line: int,
+    message: str,
+) -> None:
+    """Was: line None with a relative folder (the demo's ``config/pipelines``): the frames
+    name the file by its absolute path, which was compared with the relative one."""
+    monkeypatch.chdir(tmp_path)
+    folder = Path("config/pipelines") if relative else tmp_path / "config" / "pipelines"
+    bad = _write(folder, "bad.py", source)
+    (error,) = load_pipelines(folder).errors
+    assert (error.path, error.line) == (str(bad), line)
+    assert error.message.startswith(message)
+    assert error.traceback is not None
+    assert f'"{(tmp_path / "config" / "pipelines" / "bad.py")}", line {line}' in error.traceback
+
+
+def test_traceback_keeps_the_last_frames_from_the_file_on(tmp_path: Path) -> None:
+    bad = _write(
+        tmp_path,
+        "deep.py",
+        """\
+        import json
+
+        def nested(depth):
+            if depth:
+                return nested(depth - 1)
+            return json.loads("{")
+
+        nested(20)
+        """,
+    )
+    (error,) = load_pipelines(tmp_path).errors
+    assert (error.line, error.message.split(":")[0]) == (6, "JSONDecodeError")
+    assert error.traceback is not None
+    lines = error.traceback.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    # The module and 21 calls of nested in the file, then json's own frames.
+    assert lines[1].startswith("  ... ")
+    assert lines[1].endswith(" earlier frames not shown")
+    frames = [line for line in lines if line.startswith('  File "')]
+    # Repeated frames are folded as Python folds them: at most TRACEBACK_FRAMES are shown.
+    assert len(frames) <= TRACEBACK_FRAMES
+    assert f'  File "{bad}", line 6, in nested' in frames
+    assert "json" in frames[-1]
+    assert lines[-1].startswith("json.decoder.JSONDecodeError: Expecting property name")
+    # Nothing of the loader's or importlib's own frames before the file's.
+    assert "importlib" not in error.traceback
+    assert "loader.py" not in error.traceback
+
+
+def test_traceback_of_a_module_level_error_starts_at_the_file(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "bad.py", NAME_ERROR)
+    (error,) = load_pipelines(tmp_path).errors
+    assert error.traceback == (
+        "Traceback (most recent call last):\n"
+        f'  File "{bad}", line 3, in <module>\n'
+        "    spark_conf.get('x')\n"
+        "    ^^^^^^^^^^\n"
+        "NameError: name 'spark_conf' is not defined\n"
+    )
+
+
+def test_syntax_error_in_an_imported_module_is_reported_at_the_import(tmp_path: Path) -> None:
+    """Was: the module's line, given as the line of the file that imports it."""
+    helper = _write(tmp_path, "_helpers.py", "x = 1\ny = 2\n\ndef f(:\n    pass\n")
+    bad = _write(tmp_path, "job.py", "import os\nimport _helpers\n")
+    (error,) = load_pipelines(tmp_path).errors
+    assert (error.path, error.line) == (str(bad), 2)
+    assert error.message == f"SyntaxError in {helper}, line 4: invalid syntax"
+    assert error.traceback is not None
+    assert f'File "{bad}", line 2, in <module>' in error.traceback
+    assert f'File "{helper}", line 4' in error.traceback
+
+
+def test_indentation_error_is_named_so(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "bad.py", "def f():\nreturn 1\n")
+    (error,) = load_pipelines(tmp_path).errors
+    assert (error.path, error.line) == (str(bad), 2)
+    assert error.message.startswith("IndentationError: expected an indented block")
 
 
 def test_duplicate_pipeline_id_names_both_files_and_keeps_the_first(tmp_path: Path) -> None:
