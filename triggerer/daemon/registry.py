@@ -1,7 +1,8 @@
 """Writing what the pipelines folder defines into the metadata database.
 
 The folder is the source of truth for pipelines and watchers: a sync upserts assets, aliases,
-triggers, watchers and pipelines, and marks pipelines whose file is gone inactive.
+triggers, watchers and pipelines, marks pipelines whose file is gone inactive, and replaces the
+import errors (files that failed to load) with those of this load.
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from sqlalchemy import delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.assets import Asset, AssetAlias, AssetWatcher
 from triggerer.schedules import PartitionedAssetTimetable, next_tick
 from triggerer.store import models
-from triggerer.store.models import RefRole, TriggerState, trigger_key
-from triggerer.store.types import utcnow
+from triggerer.store.models import RefRole, TriggerState, import_error_key, trigger_key
+from triggerer.store.types import storable_text, utcnow
 from triggerer.triggers import check_json, load_trigger
 
 if TYPE_CHECKING:
-    from triggerer.loader import LoadedPipelines
+    from triggerer.loader import LoadedPipelines, LoadError
     from triggerer.pipelines import Pipeline
     from triggerer.triggers import BaseEventTrigger
 
@@ -36,6 +38,8 @@ class WatchedTrigger:
     trigger_id: int
     trigger: BaseEventTrigger
     asset_ids: tuple[int, ...]
+    watchers: tuple[str, ...]
+    """The names of the watchers sharing it, as ``asset/watcher``, for its log lines."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +89,7 @@ async def sync_definitions(
         if asset not in reported and watchers_before.get(asset_id) != watchers_after.get(asset_id)
     )
     await _sync_pipelines(session, loaded.pipelines, asset_ids, alias_ids)
+    await sync_import_errors(session, loaded.errors)
     return Registry(
         assets={asset_id: asset for asset, asset_id in asset_ids.items()},
         asset_ids=asset_ids,
@@ -145,6 +150,7 @@ async def _sync_watchers(
 ) -> dict[int, WatchedTrigger]:
     instances: dict[str, BaseEventTrigger] = {}
     watching: dict[str, list[int]] = {}
+    watcher_names: dict[str, list[str]] = {}
     wanted: set[tuple[int, str]] = set()
     trigger_ids: dict[str, int] = {}
     as_run: dict[str, BaseEventTrigger] = {}
@@ -172,6 +178,7 @@ async def _sync_watchers(
         key = trigger_key(runnable.classpath, runnable.kwargs)
         instances.setdefault(key, runnable.trigger)
         watching.setdefault(key, []).append(asset_ids[asset])
+        watcher_names.setdefault(key, []).append(f"{asset.name}/{watcher.name}")
         if key not in trigger_ids:
             trigger_ids[key] = await _ensure_trigger(
                 session, key, runnable.classpath, runnable.kwargs
@@ -201,7 +208,9 @@ async def _sync_watchers(
                 )
             )
     return {
-        trigger_ids[key]: WatchedTrigger(trigger_ids[key], instances[key], tuple(watching[key]))
+        trigger_ids[key]: WatchedTrigger(
+            trigger_ids[key], instances[key], tuple(watching[key]), tuple(watcher_names[key])
+        )
         for key in instances
         if key not in refused
     }
@@ -368,3 +377,61 @@ async def _sync_refs(
         for alias_id, role in alias_refs
     )
     await session.flush()
+
+
+async def sync_import_errors(session: AsyncSession, errors: list[LoadError]) -> None:
+    """Make the ``import_error`` rows those of ``errors``, one per file (the messages of a
+    file with several joined); the caller commits.
+
+    A file that kept its error (message and line) keeps its ``error_at``. Text is made
+    storable (a message or path may hold a NUL character or a lone surrogate), and the write
+    is an upsert, so daemons loading one folder at once do not conflict.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    for error in errors:
+        fileloc = storable_text(error.path)
+        message = storable_text(error.message)
+        row = rows.get(fileloc)
+        if row is None:
+            rows[fileloc] = {
+                "key": import_error_key(fileloc),
+                "fileloc": fileloc,
+                "line": error.line,
+                "error": message,
+                "traceback": None if error.traceback is None else storable_text(error.traceback),
+            }
+            continue
+        row["error"] = f"{row['error']}; {message}"
+        if row["line"] is None:
+            row["line"] = error.line
+        if row["traceback"] is None and error.traceback is not None:
+            row["traceback"] = storable_text(error.traceback)
+    table = models.PipelineImportError
+    keys = [row["key"] for row in rows.values()]
+    await session.execute(delete(table).where(table.key.not_in(keys)))
+    if not rows:
+        return
+    known = {
+        key: (line, message, error_at)
+        for key, line, message, error_at in await session.execute(
+            select(table.key, table.line, table.error, table.error_at).where(table.key.in_(keys))
+        )
+    }
+    now = utcnow()
+    for row in rows.values():
+        before = known.get(row["key"])
+        kept = before is not None and before[:2] == (row["line"], row["error"])
+        row["error_at"] = before[2] if before is not None and kept else now
+        row["updated_at"] = now
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(table)
+    await session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[table.key],
+            set_={
+                column: statement.excluded[column]
+                for column in ("fileloc", "line", "error", "traceback", "error_at", "updated_at")
+            },
+        ),
+        list(rows.values()),
+    )

@@ -148,7 +148,13 @@ class Service:
         """Load the pipelines folder and bring the database and the watchers in line."""
         loaded = await _load(Path(self.settings.pipelines.dir))
         for error in loaded.errors:
-            log.error("pipeline_file_failed", error=str(error))
+            log.error(
+                "pipeline_file_failed",
+                error=str(error),
+                path=error.path,
+                line=error.line,
+                traceback=error.traceback,
+            )
         changes = DefinitionChanges()
         async with self.sessions.begin() as session:
             self.registry = await sync_definitions(session, loaded, changes)

@@ -340,6 +340,32 @@ class Pipeline(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
 
 
+class PipelineImportError(Base):
+    """A file of the pipelines folder that failed to load (or a folder that cannot be read),
+    as of the last load of the folder: one row per file, gone once it loads again.
+
+    ``key`` is :func:`import_error_key` of ``fileloc`` (a path may be longer than a unique
+    index holds). ``line`` is the line in the file where it failed, when known; ``traceback``
+    the last frames of the traceback. ``error_at`` is when this error (message and line) was
+    first reported; ``updated_at`` when a load last reported it.
+    """
+
+    __tablename__ = "import_error"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fileloc: Mapped[str] = mapped_column(Text)
+    line: Mapped[int | None] = mapped_column()
+    error: Mapped[str] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+    error_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+
+def import_error_key(fileloc: str) -> str:
+    """The identity of an import error: SHA-256 (hex) of the JSON of its path."""
+    return _digest(fileloc)
+
+
 class PipelineAssetRef(Base):
     """A pipeline's use of an asset: scheduled on it, producing it, or reading it."""
 
