@@ -195,7 +195,8 @@ def _listing(rows_of: ReadRows, columns: tuple[str, ...]) -> Handler:
         if arguments.json:
             _say(json.dumps(rows))
         else:
-            _table([{column: row[column] for column in columns} for row in rows])
+            # A row of another kind among them (a broken file among pipelines) has a dash.
+            _table([{column: row.get(column, "-") for column in columns} for row in rows])
         return 0
 
     return handler
@@ -305,7 +306,16 @@ DEAD_LETTER_COLUMNS = ("id", "created_at", "asset", "trigger_id", "dedup_key", "
 
 
 async def _pipelines_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
-    return await queries.pipelines(session, limit=arguments.limit)
+    """The pipelines, then a row per file of the folder that failed to load (as
+    ``GET /importErrors``: no pipeline id; in the table its file is ``path:line``)."""
+    pipelines = await queries.pipelines(session, limit=arguments.limit)
+    broken = await queries.import_errors(session, limit=arguments.limit)
+    if not arguments.json:
+        broken = [
+            row.model_copy(update={"fileloc": f"{row.fileloc}:{row.line}"}) if row.line else row
+            for row in broken
+        ]
+    return [*pipelines, *broken]
 
 
 async def _set_paused(settings: Settings, pipeline_id: str, paused: bool) -> int:

@@ -27,6 +27,7 @@ from triggerer.views import (
     DeadLetterRow,
     EventDetail,
     EventRow,
+    ImportErrorRow,
     PipelineRow,
     QueuedEventRow,
     RunDetail,
@@ -164,6 +165,26 @@ async def _progress(session: AsyncSession, pipeline_ids: list[str]) -> dict[str,
         pipeline_id: f"{updated} of {total} {'asset' if total == 1 else 'assets'} updated"
         for pipeline_id, (updated, total) in counts.items()
     }
+
+
+async def import_errors(
+    session: AsyncSession, *, limit: int = 100, offset: int = 0
+) -> list[ImportErrorRow]:
+    """Files of the pipelines folder that failed to load at the last load, by path."""
+    table = models.PipelineImportError
+    rows = await session.scalars(
+        select(table).order_by(table.fileloc, table.key).limit(limit).offset(offset)
+    )
+    return [
+        ImportErrorRow(
+            fileloc=row.fileloc,
+            line=row.line,
+            error=row.error,
+            traceback=row.traceback,
+            error_at=row.error_at,
+        )
+        for row in rows
+    ]
 
 
 # -- Assets and aliases ----------------------------------------------------------------------

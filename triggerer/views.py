@@ -38,6 +38,22 @@ class PipelineRow(View):
     error_at: dt.datetime | None
 
 
+class ImportErrorRow(View):
+    """A file of the pipelines folder that failed to load, as of the daemon's last load."""
+
+    fileloc: str
+    """The file, as the daemon found it in its pipelines folder (a folder that cannot be
+    read, or is missing, is named itself)."""
+    line: int | None
+    """The line in the file where loading it failed, when known."""
+    error: str
+    """What failed, e.g. ``NameError: name 'spark_conf' is not defined``."""
+    traceback: str | None
+    """The traceback's last frames, from the file on, as Python prints them."""
+    error_at: dt.datetime
+    """Since when the file fails so."""
+
+
 class AssetRow(View):
     id: int
     name: str
