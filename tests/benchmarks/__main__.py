@@ -14,6 +14,7 @@ BENCHMARKS = (
     "bench_listeners",
     "bench_api",
     "bench_ui",
+    "bench_cli",
 )
 
 

@@ -1,0 +1,241 @@
+"""The command line's start-up: ``triggerer --help`` and list verbs on a SQLite store.
+
+    python -m tests.benchmarks.bench_cli --out bench_cli.json [--runs 15] [--against REF]
+
+Each command is a new process, timed from spawn to exit: the median and the least wall time of
+``--runs`` starts, and the median CPU time (user + system) it took, which the other work on a
+shared machine disturbs less. Two floors run alongside, in turn with the commands:
+``python -c pass`` (the interpreter's start) and ``python -c "import sqlalchemy.ext.asyncio"``
+(what any command reading the store imports at least). Goals: ``--help`` <= 0.3 s, a list verb
+on SQLite <= 0.6 s (wall, median).
+
+The store is a SQLite file with a few pipelines, events and runs. ``python -X importtime``
+ranks what ``--help`` and ``runs list`` import, by cumulative time (a module's own import and
+everything it imports); the modules a list verb should not need are named if imported.
+
+``--against REF`` measures the same commands with the ``triggerer/`` and ``watchers/`` of git
+revision ``REF`` too (taken with ``git archive``, first on ``PYTHONPATH``), on the same store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from tests.benchmarks.report import publish
+from triggerer import actions
+from triggerer.daemon.registry import sync_definitions
+from triggerer.loader import load_pipelines
+from triggerer.store import create_engine, session_factory, upgrade
+from triggerer.store.models import EventSource
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+GOALS_S = {"help": 0.3, "list": 0.6}
+LAUNCH = "import sys; from triggerer.cli import main; sys.exit(main(sys.argv[1:]))"
+"""What the ``triggerer`` console script runs; with ``PYTHONPATH`` it runs another version."""
+COMMANDS = {
+    "help": ["--help"],
+    "runs_list": ["runs", "list"],
+    "pipelines_list": ["pipelines", "list"],
+    "events_list": ["events", "list"],
+}
+LIST_VERBS = ("runs_list", "pipelines_list", "events_list")
+FLOORS = {"python_pass": "pass", "import_sqlalchemy_asyncio": "import sqlalchemy.ext.asyncio"}
+IMPORTTIME_COMMANDS = ("help", "runs_list")
+IMPORTTIME_TOP = 12
+HEAVY = (
+    "pyspark",
+    "aiokafka",
+    "aiobotocore",
+    "botocore",
+    "aiohttp",
+    "fastapi",
+    "uvicorn",
+    "alembic",
+    "httpx",
+    "prometheus_client",
+    "triggerer.daemon",
+    "watchers",
+)
+"""Modules a list verb has no use for."""
+PIPELINES = """
+from triggerer import Asset, pipeline
+
+orders, customers, totals = Asset("orders"), Asset("customers"), Asset("s3://lake/totals")
+
+
+@pipeline(schedule=orders, outlets=[totals])
+def total_orders(spark, context): ...
+
+
+@pipeline(schedule=orders & customers)
+def match_orders_to_customers(spark, context): ...
+
+
+@pipeline(schedule=totals)
+def publish_report(spark, context): ...
+"""
+EVENTS = 20
+RUNS = 20
+
+
+async def fill(database_url: str, folder: Path) -> None:
+    """A store as a small deployment has it: three pipelines, events with payloads, runs."""
+    await upgrade(database_url)
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine).begin() as session:
+            await sync_definitions(session, load_pipelines(folder))
+            orders = await actions.find_asset(session, asset_id=None, uri="orders")
+            for n in range(EVENTS):
+                extra = {"payload": {"topic": "orders", "offset": n, "value": {"id": n}}}
+                await actions.emit_event(session, orders, extra, source=EventSource.CLI)
+            for _ in range(RUNS):
+                await actions.trigger_run(session, "total_orders")
+    finally:
+        await engine.dispose()
+
+
+def archive(ref: str, into: Path) -> Path:
+    """The packages of git revision ``ref``, extracted under ``into``."""
+    tar = subprocess.run(  # noqa: S603 - a revision the benchmark's user names
+        ["git", "archive", ref, "triggerer", "watchers"],  # noqa: S607 - git on PATH
+        cwd=REPOSITORY,
+        capture_output=True,
+        check=True,
+    )
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as files:
+        files.extractall(into, filter="data")
+    return into
+
+
+def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one process running ``argv`` to its end."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)  # noqa: S603
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu
+
+
+def summary(samples: list[tuple[float, float]]) -> dict[str, float]:
+    walls = [wall for wall, _ in samples]
+    return {
+        "median_s": round(statistics.median(walls), 3),
+        "min_s": round(min(walls), 3),
+        "cpu_median_s": round(statistics.median(cpu for _, cpu in samples), 3),
+    }
+
+
+def importtime(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """What ``argv`` imports: the top entries by cumulative milliseconds, the module count, and
+    the modules of :data:`HEAVY` among them."""
+    result = subprocess.run(  # noqa: S603
+        [sys.executable, "-X", "importtime", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    entries: list[tuple[int, str]] = []
+    for line in result.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _, cumulative, name = line.split("|")
+        entries.append((int(cumulative), name.strip()))
+    entries.sort(reverse=True)
+    names = {name for _, name in entries}
+    return {
+        "modules": len(entries),
+        "heavy": sorted(h for h in HEAVY if any(n == h or n.startswith(h + ".") for n in names)),
+        "top_ms": {name: round(us / 1000, 1) for us, name in entries[:IMPORTTIME_TOP]},
+    }
+
+
+def bench(runs: int, against: str | None, workdir: Path) -> dict[str, Any]:
+    folder = workdir / "pipelines"
+    folder.mkdir()
+    (folder / "pipelines.py").write_text(textwrap.dedent(PIPELINES))
+    database_url = f"sqlite:///{workdir / 'triggerer.db'}"
+    anyio.run(fill, database_url, folder)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("TRIGGERER_") and key != "PYTHONPATH"
+    }
+    env |= {
+        "TRIGGERER_DATABASE__URL": database_url,
+        "TRIGGERER_PIPELINES__DIR": str(folder),
+        "TRIGGERER_LOGGING__FORMAT": "json",
+    }
+    versions = {"current": REPOSITORY}
+    if against is not None:
+        versions[against] = archive(against, workdir / "against")
+    launch = [sys.executable, "-c", LAUNCH]
+    # (label, version or None for a floor, argv, env); one of each per round, in turn, so that
+    # the machine's other work falls on all of them alike.
+    commands: list[tuple[str, str | None, list[str], dict[str, str]]] = [
+        (floor, None, [sys.executable, "-c", code], env) for floor, code in FLOORS.items()
+    ]
+    for version, root in versions.items():
+        version_env = env | {"PYTHONPATH": str(root)}
+        commands += [
+            (name, version, [*launch, *argv], version_env) for name, argv in COMMANDS.items()
+        ]
+    for _, _, argv, command_env in commands:  # a first start warms the file cache
+        run_once(argv, command_env)
+    samples: dict[tuple[str, str | None], list[tuple[float, float]]] = {}
+    for _ in range(runs):
+        for label, version, argv, command_env in commands:
+            samples.setdefault((label, version), []).append(run_once(argv, command_env))
+    results: dict[str, Any] = {
+        "runs": runs,
+        "goals_s": GOALS_S,
+        "floors": {label: summary(samples[label, None]) for label in FLOORS},
+    }
+    for version, root in versions.items():
+        timings = {name: summary(samples[name, version]) for name in COMMANDS}
+        slowest_list = max(timings[name]["median_s"] for name in LIST_VERBS)
+        version_env = env | {"PYTHONPATH": str(root)}
+        results[version] = {
+            **timings,
+            "goals_met": {
+                "help": timings["help"]["median_s"] <= GOALS_S["help"],
+                "list": slowest_list <= GOALS_S["list"],
+            },
+            "importtime": {
+                name: importtime(["-c", LAUNCH, *COMMANDS[name]], version_env)
+                for name in IMPORTTIME_COMMANDS
+            },
+        }
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
+    parser.add_argument("--runs", type=int, default=15, help="starts of each command")
+    parser.add_argument("--against", metavar="REF", help="a git revision to measure alongside")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workdir:
+        results = bench(args.runs, args.against, Path(workdir))
+    publish(results, args.out)
+
+
+if __name__ == "__main__":
+    main()
