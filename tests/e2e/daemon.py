@@ -238,12 +238,20 @@ class DaemonProcess:
     """``triggerer run`` as a real process; its output goes to ``log_path``.
 
     ``with DaemonProcess(...) as daemon:`` kills the process if it still runs at the end.
+    ``cwd`` is its working directory (what relative paths of its config start from).
     """
 
-    def __init__(self, env: dict[str, str], log_path: Path, config: Path | None = None) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        config: Path | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.env = env
         self.log_path = log_path
         self.arguments = ["run", "--config", str(config)] if config else ["run"]
+        self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> DaemonProcess:
@@ -259,6 +267,7 @@ class DaemonProcess:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=self.env,
+                cwd=self.cwd,
             )
 
     def signal(self, signum: int) -> None:
@@ -373,11 +382,11 @@ class Deployment:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def process_with_config(self, config: Path) -> DaemonProcess:
-        """``triggerer run --config CONFIG`` as a process (no TRIGGERER_ variables), not
-        started yet, logging to ``daemon.log``."""
+    def process_with_config(self, config: Path, cwd: Path | None = None) -> DaemonProcess:
+        """``triggerer run --config CONFIG`` as a process (no TRIGGERER_ variables) in
+        ``cwd`` (default: this one), not started yet, logging to ``daemon.log``."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
-        return DaemonProcess(env, self.tmp_path / "daemon.log", config)
+        return DaemonProcess(env, self.tmp_path / "daemon.log", config, cwd)
 
     async def produce(self, values: Iterable[Any], *, batch: int = 0, pause_s: float = 0.0) -> None:
         """Send ``values`` to the topic: see :func:`produce_json`."""

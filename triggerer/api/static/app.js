@@ -31,6 +31,7 @@ const state = {
   lastEvent: new Map(), // asset id -> newest EventRow
   groups: new Map(), // node id -> group
   eventsOffset: 0,
+  importErrors: "", // what the broken-files banner shows: redrawn only when it changes
   busy: false,
 };
 // For the browser tests and the benchmark: the graph and when it was first drawn.
@@ -113,6 +114,19 @@ function duration(run) {
   const end = run.end_date ? Date.parse(run.end_date) : Date.now();
   return `${((end - Date.parse(run.start_date)) / 1000).toFixed(1)}s`;
 }
+
+// When a run started: the time today, else the date too; the full time on hover.
+function started(run) {
+  if (!run.start_date) return raw('<span class="muted">not started</span>');
+  const start = new Date(run.start_date);
+  const today = start.toDateString() === new Date().toDateString();
+  return raw(html`<span title="${run.start_date}">${today ? start.toLocaleTimeString() : start.toLocaleString()}</span>`);
+}
+
+// A run id without its pipeline's id in front (`count_orders__asset__42` -> `asset__42`):
+// the panel is the pipeline's already.
+const shortRunId = (run) => run.run_id.startsWith(`${run.pipeline_id}__`)
+  ? run.run_id.slice(run.pipeline_id.length + 2) : run.run_id;
 
 const json = (value) => JSON.stringify(value, null, 2);
 const badge = (text) => raw(html`<span class="state ${text}">${text}</span>`);
@@ -401,13 +415,15 @@ async function refresh() {
   state.busy = true;
   try {
     const assetsRead = state.structure ? null : all("/assets"); // groups, at the first poll
-    const [lineage, watchers, pipelines, runs, events] = await Promise.all([
+    const [lineage, watchers, pipelines, runs, events, importErrors] = await Promise.all([
       api("/lineage"),
       all("/watchers"),
       all("/pipelines"),
       api(`/runs?limit=${PAGE}`),
       api(`/assets/events?limit=${PAGE}`),
+      all("/importErrors"),
     ]);
+    showImportErrors(importErrors);
     state.watchers = new Map(watchers.map((w) => [`watcher:${w.asset_id}:${w.watcher}`, w]));
     state.pipelines = new Map(pipelines.map((p) => [p.pipeline_id, p]));
     state.runs = new Map();
@@ -438,6 +454,20 @@ async function refresh() {
   } finally {
     state.busy = false;
   }
+}
+
+// The banner of the pipeline files that failed to load, on every page: each file at its
+// line with the error, and the traceback's last frames under it.
+function showImportErrors(rows) {
+  const content = rows.length ? html`<strong>${rows.length === 1 ? "1 pipeline file" : `${rows.length} pipeline files`} failed to load</strong>
+    ${rows.map((e) => raw(html`<details data-import-error="${e.fileloc}"><summary><code>${e.fileloc}${e.line ? `:${e.line}` : ""}</code> ${e.error} <span class="muted">since ${age(e.error_at)}</span></summary>${e.traceback ? raw(html`<pre>${e.traceback}</pre>`) : ""}</details>`))}` : "";
+  // Redrawn only when it changes: a traceback opened stays open across polls ("since" is
+  // left out of the comparison for that reason).
+  const signature = JSON.stringify(rows.map((e) => [e.fileloc, e.line, e.error, e.traceback]));
+  if (signature === state.importErrors) return;
+  state.importErrors = signature;
+  $("#import-errors").innerHTML = content;
+  $("#import-errors").hidden = !rows.length;
 }
 
 // ---------------------------------------------------------------- routes
@@ -520,8 +550,8 @@ async function pipelinePanel(id) {
     <p><button id="toggle-pause" data-pipeline="${pipeline.pipeline_id}" data-paused="${pipeline.paused}">${pipeline.paused ? "Unpause" : "Pause"}</button>
     <button id="trigger" data-pipeline="${pipeline.pipeline_id}">Trigger…</button></p>
     <h2>Runs</h2>
-    <table class="runs"><tr><th>run</th><th>state</th><th>duration</th><th>events</th><th></th></tr>
-    ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.run_type} #${r.try_number} · ${age(r.created_at)}</td><td>${badge(r.state)}</td><td>${duration(r)}</td><td>${r.events}</td><td>${r.start_date ? raw(html`<button data-log="${r.run_id}">log</button>`) : ""}</td></tr>`))}</table>
+    <table class="runs"><tr><th>run <span class="muted">(log)</span></th><th>state</th><th>start</th><th>duration</th><th>events</th></tr>
+    ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${shortRunId(r)}</button>`) : shortRunId(r)}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""}</td><td>${started(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
     ${runs.length ? "" : raw('<p class="muted">no runs yet</p>')}
     ${log !== null ? raw(html`<h3>Log of ${state.logRun}</h3><pre class="log">${log}</pre>`) : ""}`;
 }
