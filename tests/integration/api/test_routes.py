@@ -29,6 +29,7 @@ LISTS = (
     "/runs",
     "/watchers",
     "/dead-letters",
+    "/importErrors",
 )
 
 
