@@ -7,18 +7,22 @@ import importlib.util
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from typing import Protocol
 
 import anyio
 
 KILL_GRACE_S = 5.0
 """How long a process group has after SIGTERM before SIGKILL."""
+LOOPBACK = "127.0.0.1"
+"""Where a local Spark listens: its driver, block manager and web UI (and the Connect server)."""
 
 
-def spark_env() -> dict[str, str]:
+def spark_env(master: str | None = None) -> dict[str, str]:
     """The daemon's environment, plus the Spark home and the Python that runs use unless it
     names them itself: ``SPARK_HOME`` (pyspark's own folder) and the daemon's interpreter as
-    the driver's and executors' Python.
+    the driver's and executors' Python. For a process that starts a JVM on a local ``master``,
+    also ``SPARK_LOCAL_IP`` on loopback (see :func:`spark_conf`).
 
     A service manager starts the daemon without its virtualenv on PATH, where spark-submit
     would look for both and find a Python without pyspark and triggerer. In ``submit`` mode
@@ -31,9 +35,32 @@ def spark_env() -> dict[str, str]:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
+    if master is not None and is_local_master(master):
+        # Spark's web UI has no setting for its address: it binds to SPARK_LOCAL_IP, else to
+        # every address of the machine.
+        defaults["SPARK_LOCAL_IP"] = LOOPBACK
     for name, value in defaults.items():
         env[name] = env.get(name) or value
     return env
+
+
+def spark_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` for a Spark on ``master``: on a local master, its driver and block manager
+    listen on loopback unless ``conf`` places them (Spark binds them to the address of the
+    machine's name, open to the network, though nothing outside the machine needs them)."""
+    if not is_local_master(master):
+        return dict(conf)
+    defaults = {"spark.driver.host": LOOPBACK}
+    if "spark.driver.host" not in conf:
+        # Otherwise Spark's own default, the driver's host: it listens where it is reached.
+        defaults["spark.driver.bindAddress"] = LOOPBACK
+    return {**defaults, **conf}
+
+
+def is_local_master(master: str) -> bool:
+    """Whether Spark on ``master`` runs on this machine alone: ``local``, ``local[N]``,
+    ``local[N,F]`` or ``local-cluster[...]``."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
 
 
 def spark_home() -> str:

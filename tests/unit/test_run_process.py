@@ -11,14 +11,15 @@ import pytest
 from triggerer import lifeline, runner
 from triggerer.config import Settings
 from triggerer.daemon.launcher import _command
-from triggerer.processes import spark_env
+from triggerer.daemon.spark_server import LocalSparkServer
+from triggerer.processes import spark_conf, spark_env
 
 SPEC, RESULT = Path("/runs/spec.json"), Path("/runs/result-1.json")
 
 
 @pytest.fixture(autouse=True)
 def _no_spark_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+    for name in ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -52,3 +53,64 @@ def test_the_daemons_environment_overrides_them(monkeypatch: pytest.MonkeyPatch)
     env = spark_env()
     assert (env["SPARK_HOME"], env["PYSPARK_PYTHON"]) == ("/opt/spark", "/opt/python")
     assert env["PYSPARK_DRIVER_PYTHON"] == sys.executable
+
+
+LOOPBACK_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+
+
+@pytest.mark.parametrize("master", ["local", "local[*]", "local[2,3]", "local-cluster[2,1,1024]"])
+def test_a_local_spark_listens_on_loopback(master: str) -> None:
+    """Was: its driver and block manager listened on the machine's external address, its UI
+    on every address."""
+    assert spark_conf(master, {"spark.sql.shuffle.partitions": "4"}) == {
+        **LOOPBACK_CONF,
+        "spark.sql.shuffle.partitions": "4",
+    }
+    assert spark_env(master)["SPARK_LOCAL_IP"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("master", ["spark://h:7077", "yarn", "k8s://https://h:6443"])
+def test_a_cluster_reaches_the_driver_where_spark_puts_it(master: str) -> None:
+    assert spark_conf(master, {"spark.executor.cores": "2"}) == {"spark.executor.cores": "2"}
+    assert "SPARK_LOCAL_IP" not in spark_env(master)
+    assert "SPARK_LOCAL_IP" not in spark_env()
+
+
+def test_where_the_user_places_the_driver_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A host of their own is also where it listens (Spark's default bind address is the host).
+    assert spark_conf("local[*]", {"spark.driver.host": "10.0.0.5"}) == {
+        "spark.driver.host": "10.0.0.5"
+    }
+    assert spark_conf("local[*]", {"spark.driver.bindAddress": "10.0.0.9"}) == {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "10.0.0.9",
+    }
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.0.0.5")
+    assert spark_env("local[*]")["SPARK_LOCAL_IP"] == "10.0.0.5"
+
+
+def test_submit_to_a_local_master_keeps_the_driver_on_loopback() -> None:
+    spark = {"mode": "submit", "master": "local[2]", "conf": {"spark.driver.memory": "1g"}}
+    command = _command(Settings.model_validate({"spark": spark}), SPEC, RESULT, "/spark")
+    assert command[4:] == [
+        "/spark/bin/spark-submit",
+        *("--master", "local[2]"),
+        "--conf=spark.driver.host=127.0.0.1",
+        "--conf=spark.driver.bindAddress=127.0.0.1",
+        "--conf=spark.driver.memory=1g",
+        *(runner.__file__, str(SPEC), str(RESULT)),
+    ]
+
+
+def test_the_local_connect_server_listens_on_loopback_only() -> None:
+    spark = {"mode": "local", "conf": {"spark.ui.enabled": "true"}}
+    settings = Settings.model_validate({"spark": spark}).spark
+    command = LocalSparkServer(settings, restart_backoff_max_s=1)._command(15002)
+    confs = [argument for argument in command if argument.startswith("--conf=")]
+    assert confs == [
+        "--conf=spark.ui.enabled=true",
+        "--conf=spark.driver.host=127.0.0.1",
+        "--conf=spark.driver.bindAddress=127.0.0.1",
+        "--conf=spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf=spark.connect.grpc.binding.port=15002",
+    ]

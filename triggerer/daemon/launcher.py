@@ -31,7 +31,7 @@ from triggerer.daemon.registry import DefinitionChanges, Registry, ensure_alias,
 from triggerer.daemon.run_forks import ForkerUnavailable, RunForks
 from triggerer.dead_letters import unstorable
 from triggerer.events import NewEvent, Recorded, record_events
-from triggerer.processes import Process, spark_env, terminate
+from triggerer.processes import Process, spark_conf, spark_env, terminate
 from triggerer.store import models
 from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource, RunState
@@ -242,7 +242,9 @@ class Launcher:
         return await _ended(returncode, result_path, log_path)
 
     def _run_env(self) -> dict[str, str]:
-        env = spark_env()
+        spark = self._settings.spark
+        # A run's own JVM (classic, submit) on a local master listens on loopback only.
+        env = spark_env(spark.master if spark.mode in ("classic", "submit") else None)
         if self._spark_server is not None:
             env |= self._spark_server.client_env
         return env
@@ -431,7 +433,8 @@ def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home:
     if spark.mode == "submit":
         # [spark] conf goes to spark-submit: driver settings such as spark.driver.memory or
         # spark.pyspark.python only apply there, before the driver starts.
-        confs = [f"--conf={key}={value}" for key, value in spark.conf.items()]
+        conf = spark_conf(spark.master, spark.conf)
+        confs = [f"--conf={key}={value}" for key, value in conf.items()]
         submit = os.path.join(spark_home, "bin", "spark-submit")
         run = [submit, "--master", spark.master, *confs, runner.__file__, *arguments]
     else:

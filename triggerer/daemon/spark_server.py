@@ -26,7 +26,7 @@ import structlog
 
 from triggerer import lifeline
 from triggerer.daemon.backoff import backoff_s
-from triggerer.processes import spark_env, spark_home, terminate
+from triggerer.processes import LOOPBACK, spark_conf, spark_env, spark_home, terminate
 
 if TYPE_CHECKING:
     from triggerer.config import SparkSettings
@@ -103,7 +103,7 @@ class LocalSparkServer:
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
-                    env={**spark_env(), **self.client_env},
+                    env={**spark_env(self._settings.master), **self.client_env},
                     start_new_session=True,
                 )
         except OSError as error:  # its log cannot be written, or no process can be made
@@ -135,8 +135,8 @@ class LocalSparkServer:
     def _command(self, port: int) -> list[str]:
         confs = {
             "spark.ui.enabled": "false",  # unless [spark] conf turns it on
-            **self._settings.conf,
-            "spark.connect.grpc.binding.address": "127.0.0.1",
+            **spark_conf(self._settings.master, self._settings.conf),
+            "spark.connect.grpc.binding.address": LOOPBACK,
             "spark.connect.grpc.binding.port": str(port),
         }
         submit = os.path.join(spark_home(), "bin", "spark-submit")
@@ -147,14 +147,14 @@ class LocalSparkServer:
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((LOOPBACK, 0))
         port: int = probe.getsockname()[1]
         return port
 
 
 async def _accepts(port: int) -> bool:
     try:
-        stream = await anyio.connect_tcp("127.0.0.1", port)
+        stream = await anyio.connect_tcp(LOOPBACK, port)
     except OSError:
         return False
     await stream.aclose()
