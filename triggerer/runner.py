@@ -14,6 +14,7 @@ import json
 import os
 import runpy
 import sys
+import warnings
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +27,17 @@ from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
 from triggerer.lifeline import die_with_parent
 from triggerer.loader import import_pipeline_file
 from triggerer.pipelines import Metadata, Pipeline
+
+# With pandas 3, PySpark 4 warns on each session that it "does not yet fully support pandas >=
+# 3.0.0": a FutureWarning no pipeline can act on, printed into every run's log (and the run
+# forker's, which imports this module before PySpark). Only that warning of PySpark's is
+# silenced; its other warnings and pandas' own still show.
+warnings.filterwarnings(
+    "ignore",
+    message="PySpark does not yet fully support pandas",
+    category=FutureWarning,
+    module=r"pyspark\.",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -162,9 +174,13 @@ def _spark_session(spec: dict[str, Any], pipeline: Pipeline) -> Any:
         # Also where an application script's own SparkSession.builder looks.
         os.environ["SPARK_REMOTE"] = spark_settings["remote"]
         builder = builder.remote(spark_settings["remote"])
-    elif spark_settings["mode"] == "classic":
+    conf = {**spark_settings["conf"], **pipeline.spark_conf}
+    if spark_settings["mode"] == "classic":
+        from triggerer.processes import spark_conf
+
         builder = builder.master(spark_settings["master"]).config("spark.ui.enabled", "false")
-    for key, value in {**spark_settings["conf"], **pipeline.spark_conf}.items():
+        conf = spark_conf(spark_settings["master"], conf)  # a local JVM listens on loopback
+    for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

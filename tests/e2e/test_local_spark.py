@@ -2,12 +2,16 @@
 one Spark Connect server warm on loopback and every run is a client of it; killed, the server is
 started again and runs go on; a pipeline that needs classic Spark fails naming the mode that has
 it; runs are forks of a run forker, a new one after the server's restart; SIGTERM leaves no
-server or forker behind."""
+server or forker behind. A local Spark (the server, or a classic run's JVM) listens on loopback
+only, and no run's log holds PySpark's warning about pandas 3."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import signal
+import socket
 from pathlib import Path
 
 import anyio
@@ -111,6 +115,141 @@ async def test_runs_use_the_daemons_warm_connect_server_which_is_restarted_and_s
     assert not alive(first["pid"])
     assert not alive(second["pid"])
     assert not alive(forkers[0])
+
+
+def local_config(tmp_path: Path, mode: str, **spark: str) -> Path:
+    """A config file for ``triggerer run --config``: SQLite in ``tmp_path``, Spark in ``mode``
+    on its default master (``local[*]``), its web UI on, and ``spark`` settings."""
+    settings = {
+        "database": {"url": sqlite_url(tmp_path)},
+        "pipelines": {"dir": str(tmp_path / "pipelines"), "reload_interval_s": 0.2},
+        "spark": {"mode": mode, "logs_dir": str(tmp_path / "logs"), **spark},
+        "daemon": {"heartbeat_interval_s": 0.5},
+        "logging": {"format": "json"},
+        "api": {"enabled": False},
+    }
+    lines = []
+    for section, values in settings.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    lines += ["[spark.conf]", '"spark.ui.enabled" = "true"']
+    path = tmp_path / "triggerer.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def without_triggerer_variables() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
+
+
+def listening(root_pid: int) -> dict[tuple[str, int], int]:
+    """The TCP sockets in LISTEN state of process ``root_pid`` and its descendants: the pid
+    owning each ``(address, port)``."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat_fields(stat)[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    owners: dict[str, int] = {}
+    pids = [root_pid]
+    while pids:
+        pid = pids.pop()
+        pids += children.get(pid, [])
+        try:
+            descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for descriptor in descriptors:
+            try:
+                target = os.readlink(descriptor)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                owners[target.removeprefix("socket:[").removesuffix("]")] = pid
+    found = {}
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in owners:  # 0A: LISTEN
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)  # 32-bit words in host (little-endian) order
+            packed = b"".join(raw[at : at + 4][::-1] for at in range(0, len(raw), 4))
+            found[socket.inet_ntop(family, packed), int(port, 16)] = owners[fields[9]]
+    return found
+
+
+def beyond_loopback(sockets: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+    beyond = []
+    for address, port in sockets:
+        ip = ipaddress.ip_address(address)
+        if not (getattr(ip, "ipv4_mapped", None) or ip).is_loopback:
+            beyond.append((address, port))
+    return beyond
+
+
+async def test_the_local_connect_server_listens_on_loopback_only(tmp_path: Path) -> None:
+    """Was: its driver and block manager listened on the machine's external address, its web
+    UI on every address; and every run's log began with PySpark's FutureWarning about pandas."""
+    write_pipelines(tmp_path / "pipelines", PIPELINES)
+    config = local_config(tmp_path, "local")
+    env, url = without_triggerer_variables(), sqlite_url(tmp_path)
+    with DaemonProcess(env, tmp_path / "daemon.log", config) as daemon:
+        daemon.start()
+        [ready] = await daemon.wait_logged("spark_server_ready", START_TIMEOUT_S)
+        await trigger(env | {"TRIGGERER_CONFIG": str(config)}, "count")
+        assert await ended(url, 1) == {"count": ["success"]}
+        assert daemon.process is not None
+        sockets = listening(daemon.process.pid)
+
+    server = {where for where, pid in sockets.items() if pid == ready["pid"]}
+    # The Connect server, the driver, its block manager and its web UI.
+    assert len(server) >= 4, sockets
+    assert beyond_loopback(sockets) == [], sockets
+    [run] = await query(url, runs)
+    assert "FutureWarning" not in await anyio.Path(run.log_path).read_text()
+    assert "FutureWarning" not in daemon.log_path.read_text()  # the run forker's output
+
+
+HELD = """
+import pathlib
+import time
+
+from triggerer import pipeline
+
+@pipeline()
+def held(spark, context):
+    spark.range(10).count()
+    pathlib.Path({ready!r}).touch()
+    while not pathlib.Path({release!r}).exists():  # the test looks at the JVM meanwhile
+        time.sleep(0.05)
+"""
+
+
+async def test_a_classic_run_on_a_local_master_listens_on_loopback_only(tmp_path: Path) -> None:
+    """Was: the run's JVM listened on the machine's external address, as the server did."""
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    write_pipelines(tmp_path / "pipelines", HELD.format(ready=str(ready), release=str(release)))
+    config = local_config(tmp_path, "classic", master="local[1]")
+    env, url = without_triggerer_variables(), sqlite_url(tmp_path)
+    with DaemonProcess(env, tmp_path / "daemon.log", config) as daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await trigger(env | {"TRIGGERER_CONFIG": str(config)}, "held")
+        with anyio.fail_after(START_TIMEOUT_S):
+            while not await anyio.Path(ready).exists():  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        assert daemon.process is not None
+        sockets = listening(daemon.process.pid)
+        release.touch()
+        assert await ended(url, 1) == {"held": ["success"]}
+
+    # The driver, its block manager, its web UI and the py4j gateway.
+    assert len(sockets) >= 4, sockets
+    assert beyond_loopback(sockets) == [], sockets
+    [run] = await query(url, runs)
+    assert "FutureWarning" not in await anyio.Path(run.log_path).read_text()
 
 
 def run_forkers(daemon_pid: int) -> list[int]:
