@@ -114,9 +114,15 @@ class Recorded:
     """What :func:`record_events` wrote: new events, and the pipelines each was queued for."""
 
     events: list[RecordedEvent]
-    duplicates: int
+    absorbed: Sequence[NewEvent]
+    """The events given whose ``(asset, dedup_key)`` was stored already: not stored again."""
     queued: Mapping[int, list[str]]
     """By event id, the pipelines that got a queue row for it (events queued nowhere: absent)."""
+
+    @property
+    def duplicates(self) -> int:
+        """How many events the dedup key absorbed."""
+        return len(self.absorbed)
 
     @property
     def queued_pipelines(self) -> set[str]:
@@ -132,17 +138,17 @@ async def record_events(session: AsyncSession, new_events: Sequence[NewEvent]) -
     only to partitioned pipelines and plain events only to plain ones.
     """
     if not new_events:
-        return Recorded([], 0, {})
+        return Recorded([], [], {})
     now = utcnow()
-    events = await _insert_events(session, new_events, now)
+    events, absorbed = await _insert_events(session, new_events, now)
     queued = await _queue(session, events, now)
-    return Recorded(events, len(new_events) - len(events), queued)
+    return Recorded(events, absorbed, queued)
 
 
 async def _insert_events(
     session: AsyncSession, new_events: Sequence[NewEvent], now: datetime
-) -> list[RecordedEvent]:
-    """Insert what is not a duplicate; the events inserted."""
+) -> tuple[list[RecordedEvent], list[NewEvent]]:
+    """Insert what is not a duplicate; the events inserted, and the duplicates."""
     if _dialect(session) == "postgresql":
         inserted = await session.execute(
             _PG_INSERT_EVENTS,
@@ -177,10 +183,31 @@ async def _insert_events(
     return _paired(sorted(inserted.all(), key=itemgetter(0)), new_events, now)
 
 
+async def stored_extras(
+    session: AsyncSession, absorbed: Iterable[NewEvent]
+) -> dict[tuple[int, str], tuple[dict[str, Any], datetime]]:
+    """The extra and timestamp of the stored event that each of ``absorbed`` (events
+    :func:`record_events` did not store again) met, by ``(asset id, dedup key)``."""
+    keys = {(event.asset_id, event.dedup_key) for event in absorbed if event.dedup_key}
+    if not keys:
+        return {}
+    rows = await session.execute(
+        select(AssetEvent.asset_id, AssetEvent.dedup_key, AssetEvent.extra, AssetEvent.timestamp)
+        .where(AssetEvent.asset_id.in_({asset_id for asset_id, _ in keys}))
+        .where(AssetEvent.dedup_key.in_({key for _, key in keys}))
+    )
+    return {
+        (asset_id, key): (extra, timestamp)
+        for asset_id, key, extra, timestamp in rows.all()
+        if (asset_id, key) in keys
+    }
+
+
 def _paired(
     rows: list[tuple[int, int, str | None]], new_events: Sequence[NewEvent], now: datetime
-) -> list[RecordedEvent]:
-    """The inserted ``rows`` (id, asset id, dedup key) with the events they store.
+) -> tuple[list[RecordedEvent], list[NewEvent]]:
+    """The inserted ``rows`` (id, asset id, dedup key) with the events they store, and the
+    events of the batch that were not inserted.
 
     Ids are assigned in the order of the batch (PostgreSQL inserts the rows ordered by their
     position, SQLite in the order of its VALUES), so ordered by id the rows are the batch minus
@@ -188,10 +215,12 @@ def _paired(
     at hand for listeners without reading them back from the database.
     """
     recorded = []
+    absorbed = []
     events = iter(new_events)
     for event_id, asset_id, dedup_key in rows:
         event = next(events)
         while event.asset_id != asset_id or event.dedup_key != dedup_key:
+            absorbed.append(event)
             event = next(events)
         recorded.append(
             RecordedEvent(
@@ -205,7 +234,8 @@ def _paired(
                 event.source_run_pk,
             )
         )
-    return recorded
+    absorbed.extend(events)
+    return recorded, absorbed
 
 
 async def _queue(

@@ -7,6 +7,7 @@ import dataclasses
 import importlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,6 +80,17 @@ class BaseEventTrigger(abc.ABC):
     #: consumer groups); one that is not runs on exactly one instance, under a lease.
     shareable: bool = False
 
+    def same_message(self, stored: Any, received: Any) -> bool:
+        """Whether ``received``, a payload whose dedup key is stored already with the payload
+        ``stored``, is that message delivered again (by default: the payloads are equal).
+
+        The event is not stored again either way; when this says no, the daemon logs
+        ``duplicate_key_other_message``: the source reused a key for another message (it was
+        recreated and its sequence numbers restarted), so the key should tell them apart.
+        Override it when a redelivery changes part of the payload (a delivery count).
+        """
+        return bool(stored == received)
+
     @classmethod
     def classpath(cls) -> str:
         return f"{cls.__module__}.{cls.__qualname__}"
@@ -89,6 +101,23 @@ class BaseEventTrigger(abc.ABC):
         default) when unknown. The daemon reads it at every heartbeat, so it must be cheap: keep
         a value that ``run`` updates rather than asking the source here."""
         return None
+
+    _last_poll_at: datetime | None = None
+
+    def polled(self) -> None:
+        """Say that the trigger has just asked its source for items and had an answer, whether
+        any came or not (a listing, a receive, a fetch): the daemon shows it as the watcher's
+        last poll, so a quiet source does not look like a stuck watcher."""
+        # object's own setattr, so that a frozen dataclass trigger may call it too.
+        object.__setattr__(self, "_last_poll_at", datetime.now(UTC))
+
+    @property
+    def last_poll_at(self) -> datetime | None:
+        """When the trigger last asked its source (see :meth:`polled`); ``None`` (the default)
+        until it has. The daemon reads it at every heartbeat; for a trigger that never says,
+        the watcher's last poll is its last event. Override it when the source's client keeps
+        that time itself."""
+        return self._last_poll_at
 
     def for_watcher(self, asset: Asset, watcher_name: str) -> BaseEventTrigger:
         """The trigger the daemon runs for watcher ``watcher_name`` of ``asset``: by default

@@ -22,10 +22,19 @@ from triggerer.connections import get_connection
 from triggerer.triggers import BaseEventTrigger, TriggerEvent
 from watchers import kafka_fetcher
 from watchers.filters import PayloadFilter, lookup
-from watchers.kafka_client import Backoff, Listener, connect, poll, raise_unless_transient
+from watchers.kafka_client import (
+    Backoff,
+    Listener,
+    Poller,
+    connect,
+    last_answer,
+    raise_unless_transient,
+)
 from watchers.payloads import decode_body, import_callable
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from triggerer.assets import Asset
 
 log = structlog.get_logger(__name__)
@@ -196,6 +205,15 @@ class KafkaTrigger(BaseEventTrigger):
             return self._reader.lag_by_partition
         return dict(self._partition_lag)
 
+    @property
+    def last_poll_at(self) -> datetime | None:
+        """When a broker last answered a fetch of the assigned partitions (aiokafka fetches in
+        the background), an empty answer included."""
+        if self._reader is not None:
+            return self._reader.last_answer
+        consumer = self._consumer
+        return None if consumer is None else last_answer(consumer, consumer.assignment())
+
     def consumer_settings(self) -> dict[str, Any]:
         """The options of this trigger's consumer (aiokafka's), but its group and topics."""
         return {
@@ -220,6 +238,7 @@ class KafkaTrigger(BaseEventTrigger):
                 yield shared
             return
         consumer = await self._connect()
+        poller = Poller(consumer, self.consumer_group, self.auto_offset_reset)
         self._commit_task = asyncio.create_task(self._commit_loop(), name="kafka-commit")
         while True:
             if self._commit_task.done():
@@ -227,9 +246,11 @@ class KafkaTrigger(BaseEventTrigger):
             # Here the previous batch is in the partitions' pending offsets: an exact count.
             self._lag = await self._measure_lag(consumer)
             await self._room.wait()
-            batch = await self._poll(consumer, max_records=self.max_in_flight - self._in_flight)
+            batch = await poller.poll(max_records=self.max_in_flight - self._in_flight)
             for tp, records in batch.items():
                 partition = self._partitions.get(tp)
+                if partition is not None and records[0].offset < partition.next:
+                    partition = self._reset(partition, records[0].offset)
                 for record in records:
                     # Revoked meanwhile: its next owner, maybe this one again, reads from the
                     # committed offset. (aiokafka calls the assign listener before it can fetch.)
@@ -366,8 +387,9 @@ class KafkaTrigger(BaseEventTrigger):
             value = lookup(payload, self.partition_key_path)
             if isinstance(value, str | int | float) and not isinstance(value, bool):
                 partition_key = str(value)
-        dedup_key = f"{record.topic}/{record.partition}/{record.offset}"
-        return make_event(payload, dedup_key=dedup_key, ack=ack, partition_key=partition_key)
+        return make_event(
+            payload, dedup_key=dedup_key(record), ack=ack, partition_key=partition_key
+        )
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: Exception) -> None:
         topic = self.dead_letter_topic or f"{record.topic}.dlq"
@@ -476,6 +498,21 @@ class KafkaTrigger(BaseEventTrigger):
             "kafka_partitions_assigned", group_id=self.consumer_group, partitions=_names(assigned)
         )
 
+    def _reset(self, partition: _Partition, offset: int) -> _Partition:
+        """The consumer went back to ``offset``: the topic was recreated (the poller moved it to
+        its start) or truncated (the client reset it). The partition is read afresh; events of
+        the old offsets still in flight are acked on the old bookkeeping, which commits no
+        more."""
+        log.warning(
+            "kafka_partition_reset",
+            group_id=self.consumer_group,
+            partition=f"{partition.tp.topic}/{partition.tp.partition}",
+            fetched_up_to=partition.next,
+            restarted_at=offset,
+        )
+        fresh = self._partitions[partition.tp] = _Partition(partition.tp)
+        return fresh
+
     def _forget(self, partitions: list[_Partition]) -> None:
         """Drop partitions: their un-acked events no longer count and their acks do nothing."""
         for partition in partitions:
@@ -518,11 +555,6 @@ class KafkaTrigger(BaseEventTrigger):
         )
         return self._consumer
 
-    async def _poll(
-        self, consumer: AIOKafkaConsumer, *, max_records: int
-    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
-        return await poll(consumer, self.consumer_group, max_records=max_records)
-
     def _security_options(self) -> dict[str, Any]:
         if self.connection is None:
             return {}
@@ -556,9 +588,12 @@ class _Partition:
     committed: int | None = None
     unacked: int = 0
     revoked: bool = False
+    #: The offset after the last one fetched.
+    next: int = 0
 
     def fetched(self, offset: int) -> None:
         self.pending.append(offset)
+        self.next = offset + 1
 
     def done(self, offset: int) -> None:
         pending = self.pending
@@ -607,6 +642,19 @@ class _Ack:
         if not self._acked:
             self._acked = True
             self._trigger._ack(self._partition, self._offset)
+
+
+def dedup_key(record: ConsumerRecord[bytes, bytes]) -> str:
+    """``<topic>/<partition>/<offset>@<timestamp>``: a message delivered again has the same key;
+    a message of a recreated topic does not, though its offsets start again at 0.
+
+    The offset alone names a message of one incarnation of the topic. A topic deleted and
+    created again (or a broker that keeps topics in memory, restarted under a store that kept
+    its events) reuses offsets, so the record's timestamp (milliseconds, set by the producer or
+    the broker) tells the incarnations apart: messages at one offset of two incarnations would
+    need to be stamped in the same millisecond.
+    """
+    return f"{record.topic}/{record.partition}/{record.offset}@{record.timestamp}"
 
 
 def watcher_group_id(asset: Asset, watcher_name: str) -> str:

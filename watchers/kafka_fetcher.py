@@ -28,9 +28,18 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from watchers.kafka_client import Listener, Record, connect, poll, raise_unless_transient
+from watchers.kafka_client import (
+    Listener,
+    Poller,
+    Record,
+    connect,
+    last_answer,
+    raise_unless_transient,
+)
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from watchers.kafka import KafkaTrigger
 
 log = structlog.get_logger(__name__)
@@ -211,6 +220,10 @@ class Reader:
     def lag_by_partition(self) -> dict[tuple[str, int], int]:
         return self.fetcher.lag_by_partition(self)
 
+    @property
+    def last_answer(self) -> datetime | None:
+        return self.fetcher.last_answer(self)
+
 
 @dataclasses.dataclass(eq=False, slots=True)
 class _Shared:
@@ -320,6 +333,11 @@ class SharedFetcher:
             lags[tp.topic, tp.partition] = highwater - (highwater if safe is None else safe)
         return lags
 
+    def last_answer(self, reader: Reader) -> datetime | None:
+        """When a broker last answered the consumer's fetch of the reader's partitions."""
+        consumer = self._consumer
+        return None if consumer is None else last_answer(consumer, reader.cursors)
+
     # -- readers and cursors
 
     def _add_cursor(self, shared: _Shared, reader: Reader) -> None:
@@ -357,6 +375,7 @@ class SharedFetcher:
                 topics=sorted(self._subscribed),
                 listener=Listener(revoked=self._on_revoked, assigned=self._on_assigned),
             )
+            poller = Poller(consumer, self.group_id, self._settings["auto_offset_reset"])
             loop = asyncio.get_running_loop()
             next_commit = loop.time()
             while True:
@@ -370,7 +389,7 @@ class SharedFetcher:
                     with anyio.move_on_after(self._commit_interval_s):
                         await self._changed.wait()  # a reader has its fill
                     continue
-                batch = await poll(consumer, self.group_id, max_records=room)
+                batch = await poller.poll(max_records=room)
                 for tp, records in batch.items():
                     self._fan_out(tp, records)
         except asyncio.CancelledError:
@@ -389,11 +408,37 @@ class SharedFetcher:
         if shared is None:
             return  # revoked meanwhile: its next owner reads it from the committed offset
         self.fetched += len(records)
+        first = records[0].offset
+        if shared.fetched is not None and first < shared.fetched:
+            self._reset(shared, first)
         if shared.base is None:
-            shared.base = records[0].offset
+            shared.base = first
         shared.fetched = records[-1].offset + 1
         for cursor in shared.cursors:
             cursor.reader.hand(records, cursor)
+
+    def _reset(self, shared: _Shared, offset: int) -> None:
+        """The consumer went back to ``offset`` without a reader's seek: the topic was recreated
+        (the poller moved it to its start) or truncated (the client reset it).
+
+        Each reader reads the partition afresh from there, through a new cursor: the messages it
+        holds of the old offsets are still its to finish (their cursor lives on for their acks),
+        and commits follow the new offsets alone.
+        """
+        tp = shared.tp
+        log.warning(
+            "kafka_partition_reset",
+            group_id=self.group_id,
+            partition=f"{tp.topic}/{tp.partition}",
+            fetched_up_to=shared.fetched,
+            restarted_at=offset,
+        )
+        shared.base = shared.committed = None
+        shared.cursors = [Cursor(cursor.reader, tp, None) for cursor in shared.cursors]
+        for cursor in shared.cursors:
+            cursor.reader.cursors[tp] = cursor
+        for left in self._left.values():
+            left.pop(tp, None)  # an offset of the old partition: meaningless in the new one
 
     def _room(self) -> int:
         """How many messages every reader can still take (backpressure: the fullest reader

@@ -160,6 +160,10 @@ class SqsTrigger(BaseEventTrigger):
         if session is not None and reader is not None:
             await session.leave(reader)
 
+    def same_message(self, stored: Any, received: Any) -> bool:
+        """Equal payloads, but for the ``Approximate*`` attributes a redelivery changes."""
+        return bool(_without_approximations(stored) == _without_approximations(received))
+
     def _prepare(self, message: dict[str, Any]) -> tuple[Any, str | None] | None:
         """The payload and partition key of a message, or ``None`` when it is filtered out."""
         payload: Any = message_payload(message)
@@ -183,6 +187,19 @@ class SqsTrigger(BaseEventTrigger):
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
         raise ValueError(f"partition_key_path {path!r} does not lead to a text or integer value")
+
+
+def _without_approximations(payload: Any) -> Any:
+    """``payload`` without the attributes SQS changes on each receive (the receive count)."""
+    if not isinstance(payload, dict):
+        return payload
+    if isinstance(payload.get("message_batch"), list):
+        return [_without_approximations(item) for item in payload["message_batch"]]
+    attributes = payload.get("attributes")
+    if not isinstance(attributes, dict):
+        return payload
+    steady = {name: value for name, value in attributes.items() if not name.startswith("Approx")}
+    return {**payload, "attributes": steady}
 
 
 def _check_range(option: str, value: int, low: int, high: int) -> None:

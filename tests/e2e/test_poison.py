@@ -115,7 +115,8 @@ async def test_a_poison_message_is_one_dead_letter_and_both_watchers_keep_flowin
     assert json.loads(text) == nul
     assert listed.returncode == 0, listed.stderr
     [letter] = json.loads(listed.stdout)
-    assert (letter["asset"], letter["dedup_key"]) == ("orders", f"{topics['orders']}/0/{POISON_AT}")
+    assert letter["asset"] == "orders"
+    assert letter["dedup_key"].startswith(f"{topics['orders']}/0/{POISON_AT}@")
     assert letter["reason"].startswith("partition key is 251 characters long")
     assert json.loads(letter["payload"])["payload"]["value"] == poison
     assert '"event": "event_dead_lettered"' in logged

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -20,8 +21,9 @@ from triggerer.dead_letters import (
     rejection_reason,
     unstorable,
 )
-from triggerer.events import NewEvent, Recorded, record_events
+from triggerer.events import NewEvent, Recorded, record_events, stored_extras
 from triggerer.store.models import EventSource
+from triggerer.store.types import utcnow
 from triggerer.triggers import TriggerEvent
 
 log = structlog.get_logger(__name__)
@@ -42,7 +44,9 @@ class Ingest:
 
     A database error keeps the batch and retries it with backoff: nothing is acked until its
     events are committed, so a crash at any point loses nothing, and the dedup key turns a
-    redelivery into an ack without a second event. An event the store cannot hold (a key too
+    redelivery into an ack without a second event (a redelivery whose payload differs from the
+    stored one, by its trigger's ``same_message``, is logged: its source reused a key). An
+    event the store cannot hold (a key too
     long, a NUL character, a value the database refuses) is not retried: it is found before
     writing or, when the database refuses a batch, by splitting the batch, and is kept in the
     dead-letter table with the reason; its message is acked with the others.
@@ -109,14 +113,18 @@ class Ingest:
                     storable.append(new_event)
                 else:
                     letters.append(Unstorable(new_event, reason))
-        recorded, rejected = await self._write_bisecting(record_events, storable)
+        written, rejected = await self._write_bisecting(_record, storable)
         letters += [Unstorable(event, reason) for event, reason in rejected]
         if letters:
             await self._dead_letter(letters)
         metrics.committed([event.payload for _, event in batch], anyio.current_time() - started)
-        for part in recorded:
+        for part, stored in written:
             self.events_recorded += len(part.events)
             self.duplicates += part.duplicates
+            if stored:
+                _log_reused_keys(
+                    part, stored, {watched.trigger_id: watched for watched, _ in batch}
+                )
             self._on_recorded(part)
 
     async def _dead_letter(self, letters: list[Unstorable]) -> None:
@@ -181,6 +189,46 @@ class Ingest:
                 return await write(session, items)
 
         return await until_stored(once, during="ingest")
+
+
+Stored = dict[tuple[int, str], tuple[dict[str, Any], datetime]]
+
+
+async def _record(session: AsyncSession, events: list[NewEvent]) -> tuple[Recorded, Stored]:
+    """Record ``events``; with the stored events that the duplicates among them met."""
+    recorded = await record_events(session, events)
+    return recorded, await stored_extras(session, recorded.absorbed)
+
+
+def _log_reused_keys(
+    recorded: Recorded, stored: Stored, watched: dict[int, WatchedTrigger]
+) -> None:
+    """Warn of each absorbed event that is not the stored message delivered again, but another
+    message under the same key: a source recreated with its sequence numbers restarted, or a
+    trigger whose key does not tell its messages apart. Dedup has dropped it all the same."""
+    received_at = utcnow()
+    for event in recorded.absorbed:
+        met = stored.get((event.asset_id, event.dedup_key or ""))
+        trigger = watched.get(event.source_trigger_id or 0)
+        if met is None or trigger is None:
+            continue  # not a trigger's event, or the stored one was deleted meanwhile
+        stored_extra, stored_at = met
+        try:
+            same = trigger.trigger.same_message(stored_extra.get("payload"), event.extra["payload"])
+        # A custom trigger's comparison may raise anything; it only decides this warning.
+        except Exception as error:  # noqa: BLE001
+            log.warning("same_message_failed", trigger_id=trigger.trigger_id, error=repr(error))
+            continue
+        if same:
+            continue
+        log.warning(
+            "duplicate_key_other_message",
+            watchers=list(trigger.watchers),
+            trigger_id=trigger.trigger_id,
+            dedup_key=event.dedup_key,
+            stored_at=stored_at.isoformat(),
+            received_at=received_at.isoformat(),
+        )
 
 
 async def _ack(batch: list[Delivery]) -> None:
