@@ -286,6 +286,7 @@ WATCHER_COLUMNS = (
     "trigger",
     "state",
     "last_poll_at",
+    "last_event_at",
     "restarts",
     "lag",
     "consumer_group",

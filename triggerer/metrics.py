@@ -87,6 +87,13 @@ WATCHER_RESTARTS = Counter(
 )
 WATCHER_LAST_POLL_AGE = Gauge(
     "triggerer_watcher_last_poll_age_seconds",
+    "Seconds since the trigger instance last asked its source, a poll that found nothing "
+    "included, as of the last heartbeat (its last event for a trigger that does not report its "
+    "polls; NaN before the first)",
+    _WATCHER_LABELS,
+)
+WATCHER_LAST_EVENT_AGE = Gauge(
+    "triggerer_watcher_last_event_age_seconds",
     "Seconds since the trigger instance last yielded an event (NaN before the first)",
     _WATCHER_LABELS,
 )
@@ -209,6 +216,7 @@ def watcher_started(trigger_id: int, kind: str, status: WatcherStatus) -> None:
     labels = _watchers[trigger_id] = (str(trigger_id), kind)
     WATCHER_UP.labels(*labels).set_function(lambda: float(status.state == TriggerState.RUNNING))
     WATCHER_LAST_POLL_AGE.labels(*labels).set_function(lambda: _age_s(status.last_poll_at))
+    WATCHER_LAST_EVENT_AGE.labels(*labels).set_function(lambda: _age_s(status.last_event_at))
     WATCHER_LAG.labels(*labels).set_function(
         lambda: math.nan if status.lag is None else float(status.lag)
     )
@@ -225,7 +233,13 @@ def watcher_stopped(trigger_id: int) -> None:
     """The trigger instance is gone: its series go too."""
     labels = _watchers.pop(trigger_id, None)
     if labels is not None:
-        for metric in (WATCHER_UP, WATCHER_LAST_POLL_AGE, WATCHER_LAG, WATCHER_RESTARTS):
+        for metric in (
+            WATCHER_UP,
+            WATCHER_LAST_POLL_AGE,
+            WATCHER_LAST_EVENT_AGE,
+            WATCHER_LAG,
+            WATCHER_RESTARTS,
+        ):
             metric.remove(*labels)
     partition_lag(trigger_id, {})
 

@@ -319,6 +319,7 @@ async def watchers(session: AsyncSession, *, limit: int = 100, offset: int = 0) 
             classpath=trigger.classpath,
             state=trigger.state,
             last_poll_at=trigger.last_poll_at,
+            last_event_at=trigger.last_event_at,
             restarts=trigger.restart_count,
             lag=trigger.lag,
             consumer_group=_consumer_group(session, trigger.kwargs),

@@ -88,6 +88,10 @@ class WatcherRow(View):
     classpath: str
     state: str
     last_poll_at: dt.datetime | None
+    """When the watcher last asked its source, a poll that found nothing included (for a
+    trigger that does not report its polls, its last event)."""
+    last_event_at: dt.datetime | None
+    """When its trigger last yielded an event."""
     restarts: int
     lag: int | None
     """Messages waiting in the source, when the trigger can tell."""

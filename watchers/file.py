@@ -63,6 +63,7 @@ class FileTrigger(BaseEventTrigger):
         yielded: set[str] = set()  # not acked yet: yielded again only after a restart
         while True:
             files = await asyncio.to_thread(self._scan)
+            self.polled()  # the watcher's last poll, also when nothing is new
             for key, payload in files.items():
                 if key in self._done or key in yielded:
                     continue

@@ -366,6 +366,11 @@ class _SqsSession:
         for reader in self._readers.values():
             reader.trigger._lag = lag
 
+    def _polled(self) -> None:
+        """The queue answered a receive (a long poll that found nothing included)."""
+        for reader in self._readers.values():
+            reader.trigger.polled()
+
     def stop_receiving(self) -> None:
         for task in self._receivers:
             task.cancel()
@@ -466,6 +471,7 @@ class _SqsSession:
         while True:
             sent_at = time.monotonic()
             response = await self._call("receive_message", **arguments)
+            self._polled()
             messages: list[dict[str, Any]] = response.get("Messages", [])
             if not messages:
                 self._set_lag(0)  # a long poll waits for any message: none is waiting

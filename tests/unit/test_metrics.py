@@ -1,11 +1,15 @@
-"""The metrics module's pure parts: broker timestamps of payloads, series that go away."""
+"""The metrics module's pure parts: broker timestamps of payloads, series that go away, the
+ages of a watcher's last poll and last event."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import REGISTRY
 
 from triggerer import metrics
+from triggerer.daemon.supervisor import WatcherStatus
 
 KAFKA = {"topic": "t", "partition": 0, "offset": 7, "key": None, "value": 1, "headers": {}}
 SQS = {"message_id": "m", "body": "b", "message_attributes": {}}
@@ -55,3 +59,20 @@ def test_partitions_no_longer_assigned_lose_their_lag_series() -> None:
     assert (lag("0"), lag("1")) == (None, 2)
     metrics.partition_lag(9999, {})
     assert lag("1") is None
+
+
+def test_a_watcher_shows_its_last_poll_and_its_last_event_apart() -> None:
+    def age(name: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"trigger_id": "9998", "trigger": "Quiet"})
+
+    now = datetime.now(UTC)
+    status = WatcherStatus(last_poll_at=now, last_event_at=now - timedelta(minutes=3))
+    metrics.watcher_started(9998, "Quiet", status)
+    poll_age = age("triggerer_watcher_last_poll_age_seconds")
+    event_age = age("triggerer_watcher_last_event_age_seconds")
+    assert poll_age is not None
+    assert 0 <= poll_age < 60
+    assert event_age is not None
+    assert 180 <= event_age < 240
+    metrics.watcher_stopped(9998)
+    assert age("triggerer_watcher_last_event_age_seconds") is None

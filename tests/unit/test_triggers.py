@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -163,3 +164,26 @@ def test_trigger_event_options_are_keyword_only() -> None:
 def test_repr_shows_classpath_and_kwargs() -> None:
     assert "PlainTrigger" in repr(PlainTrigger("/in"))
     assert '"folder": "/in"' in repr(PlainTrigger("/in"))
+
+
+def test_a_trigger_that_never_says_it_polled_has_no_last_poll() -> None:
+    assert PlainTrigger("/data/in").last_poll_at is None
+
+
+def test_polled_is_the_last_poll_also_of_a_frozen_dataclass_trigger() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Frozen(BaseEventTrigger):
+        queue: str
+
+        async def run(self) -> AsyncIterator[TriggerEvent]:
+            self.polled()
+            yield TriggerEvent(None)
+
+    trigger = Frozen("q")
+    before = datetime.now(UTC)
+    trigger.polled()
+    polled = trigger.last_poll_at
+    assert polled is not None
+    assert before <= polled <= datetime.now(UTC)
+    assert trigger.serialize() == (trigger.classpath(), {"queue": "q"})
+    assert Frozen("q").last_poll_at is None  # each instance its own

@@ -219,7 +219,7 @@ class Service:
                 )
             )
         self.supervisor.leases_lost(await self.leases.renew())
-        self.supervisor.sample_lag()
+        self.supervisor.sample()
         changed = {
             trigger_id: status
             for trigger_id, status in self.supervisor.status.items()
@@ -234,6 +234,7 @@ class Service:
                             "id": trigger_id,
                             "state": status.state,
                             "last_poll_at": status.last_poll_at,
+                            "last_event_at": status.last_event_at,
                             "last_error": status.last_error,
                             "restart_count": status.restart_count,
                             "lag": status.lag,

@@ -34,7 +34,10 @@ class WatcherStatus:
     """What ``/watchers`` and ``triggerer`` output show about one trigger instance."""
 
     state: str = TriggerState.STARTING
+    #: When the trigger last asked its source (its ``last_poll_at``, read at each heartbeat),
+    #: never before its last event: a trigger that does not say polls at each event.
     last_poll_at: datetime | None = None
+    last_event_at: datetime | None = None
     last_error: str | None = None
     restart_count: int = 0
     lag: int | None = None
@@ -84,9 +87,10 @@ class Supervisor:
                 metrics.watcher_started(trigger_id, kind, self.status[trigger_id])
                 task_group.start_soon(self._supervise, watched, scope, self._deliveries.clone())
 
-    def sample_lag(self) -> None:
-        """Copy each running trigger's ``lag`` into its status, for the heartbeat to report,
-        and its lag per partition (a KafkaTrigger's ``lag_by_partition``) into the metrics."""
+    def sample(self) -> None:
+        """Copy each running trigger's ``lag`` and ``last_poll_at`` into its status, for the
+        heartbeat to report, and its lag per partition (a KafkaTrigger's ``lag_by_partition``)
+        into the metrics."""
         for trigger_id, trigger in self._running.items():
             status = self.status.get(trigger_id)
             if status is None:
@@ -101,6 +105,7 @@ class Supervisor:
                 lag, by_partition = None, {}
             status.lag = lag if isinstance(lag, int) else None
             metrics.partition_lag(trigger_id, by_partition)
+            _sample_poll(trigger_id, trigger, status)
 
     def leases_lost(self, names: set[str]) -> None:
         """Another instance took these leases over: stop running their triggers here."""
@@ -179,7 +184,7 @@ class Supervisor:
                 trigger = load_trigger(*watched.trigger.serialize()) if rebuild else watched.trigger
                 self._running[watched.trigger_id] = trigger
                 async for event in trigger.run():
-                    status.last_poll_at = utcnow()
+                    status.last_poll_at = status.last_event_at = utcnow()
                     try:
                         # No trip through the event loop per event while the stream has room:
                         # the trigger's own awaits (a poll) are where others get their turn.
@@ -221,6 +226,24 @@ class Supervisor:
         delay = backoff_s(1 if healthy else status.restart_count, self._backoff_max_s, 1.0)
         log.warning("trigger_failed", error=status.last_error, retry_in_s=round(delay, 2))
         return delay
+
+
+def _sample_poll(trigger_id: int, trigger: BaseEventTrigger, status: WatcherStatus) -> None:
+    """Move the status's last poll up to the trigger's ``last_poll_at``."""
+    # A user's override may raise or return anything: the last poll stays as it was.
+    try:
+        polled = trigger.last_poll_at
+    except Exception as error:  # noqa: BLE001
+        log.warning("trigger_last_poll_failed", trigger_id=trigger_id, error=repr(error))
+        return
+    if polled is None:
+        return
+    if not (isinstance(polled, datetime) and polled.tzinfo is not None):
+        shape = f"last_poll_at must be an aware datetime, not {polled!r}"
+        log.warning("trigger_last_poll_failed", trigger_id=trigger_id, error=shape)
+        return
+    if status.last_poll_at is None or polled > status.last_poll_at:
+        status.last_poll_at = polled
 
 
 async def _clean_up(trigger: BaseEventTrigger) -> Exception | None:

@@ -218,7 +218,10 @@ class Trigger(Base):
     kwargs: Mapped[dict[str, Any]] = mapped_column(Json)
     key: Mapped[str] = mapped_column(String(64), unique=True)
     state: Mapped[str] = mapped_column(String(16), default=TriggerState.STARTING.value)
+    #: When the watcher last asked its source (a poll that found nothing included); for a
+    #: trigger that does not say, its last event.
     last_poll_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    last_event_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
     last_error: Mapped[str | None] = mapped_column(Text)
     restart_count: Mapped[int] = mapped_column(default=0)
     lag: Mapped[int | None] = mapped_column(BigInteger)

@@ -168,6 +168,33 @@ async def test_queue_migration_keeps_queued_rows_both_ways(database_url: str) ->
         await engine.dispose()
 
 
+async def test_a_stored_last_poll_becomes_the_last_event_and_stays_on_downgrade(
+    database_url: str,
+) -> None:
+    """Until revision 0006 ``last_poll_at`` was the time of the watcher's last event."""
+    polled = dt.datetime(2026, 11, 25, 8, 30, tzinfo=dt.UTC)
+    await upgrade(database_url, "0005")
+    engine = create_engine(database_url)
+    try:
+        async with engine.begin() as conn:
+            # Core, naming its columns: the mapped class has a column revision 0005 lacks.
+            await conn.execute(
+                insert(Trigger).values(
+                    classpath="x.Y", kwargs={}, key="k" * 64, last_poll_at=polled
+                )
+            )
+
+        await upgrade(database_url)
+        async with engine.connect() as conn:
+            stored = (await conn.execute(select(Trigger.last_poll_at, Trigger.last_event_at))).one()
+            assert tuple(stored) == (polled, polled)
+            await conn.run_sync(_downgrade, "0005")
+        async with engine.connect() as conn:
+            assert await conn.scalar(select(Trigger.last_poll_at)) == polled
+    finally:
+        await engine.dispose()
+
+
 async def test_migration_head_matches_models(migrated_engine: AsyncEngine) -> None:
     async with migrated_engine.connect() as conn:
         assert await conn.run_sync(_diff_to_models) == []

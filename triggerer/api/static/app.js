@@ -565,7 +565,7 @@ async function watcherPanel(key) {
 function watcherDetails(w) {
   return html`<dl><dt>asset</dt><dd><a href="#/asset/${w.asset_id}">${w.asset}</a></dd>
     <dt>trigger</dt><dd>${w.trigger}</dd><dt>state</dt><dd>${badge(w.state)}</dd>
-    <dt>lag</dt><dd>${w.lag ?? "–"}</dd><dt>last poll</dt><dd>${age(w.last_poll_at)}</dd>
+    <dt>lag</dt><dd>${w.lag ?? "–"}</dd><dt>last poll</dt><dd>${age(w.last_poll_at)}</dd><dt>last event</dt><dd>${age(w.last_event_at)}</dd>
     <dt>restarts</dt><dd>${w.restarts}</dd><dt>consumer group</dt><dd>${w.consumer_group || "–"}</dd>
     <dt>instance</dt><dd>${w.instance_id || "–"}</dd></dl>
     ${w.last_error ? raw(html`<p class="error">${w.last_error}</p>`) : ""}`;
