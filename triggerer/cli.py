@@ -1,4 +1,10 @@
-"""The ``triggerer`` command line: run the daemon, inspect and poke it."""
+"""The ``triggerer`` command line: run the daemon, inspect and poke it.
+
+Importing this module builds nothing but the parser: each verb's handler imports what it
+needs when it runs, so ``triggerer --help`` starts at once and a list verb imports the store,
+but not the daemon, Spark, the brokers' clients or the API server
+(``tests/integration/test_cli_imports.py`` checks it).
+"""
 
 from __future__ import annotations
 
@@ -8,37 +14,25 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-import structlog
-from sqlalchemy import make_url
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from triggerer import actions, queries
-from triggerer.config import ConfigError, Settings, load_settings
-from triggerer.events import Recorded, notify_recorded
-from triggerer.explain import Explanation, explain
-from triggerer.listeners import listener_manager
-from triggerer.logs import configure_logging
-from triggerer.store import create_engine, current_revision, head_revision, session_factory, upgrade
-from triggerer.store.engine import sqlite_file
-from triggerer.store.failures import STORE_ERRORS, is_outage
-from triggerer.store.models import EventSource
-from triggerer.store.types import utcnow
-from triggerer.views import View
-
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
+
     import httpx
+    from sqlalchemy.ext.asyncio import AsyncSession
 
     from triggerer.api.schemas import CreatedEvent
+    from triggerer.config import Settings
+    from triggerer.events import Recorded
+    from triggerer.explain import Explanation
+    from triggerer.views import View
+
+    Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+    ReadRows = Callable[[AsyncSession, argparse.Namespace], Awaitable[Sequence[View]]]
 
 _T = TypeVar("_T")
 Rows = list[dict[str, Any]]
-Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
-ReadRows = Callable[[AsyncSession, argparse.Namespace], Awaitable[Sequence[View]]]
 TOKEN_ENV = "TRIGGERER_API_TOKEN"  # noqa: S105 - the variable's name, not a token
 """Where ``events emit --api`` finds the token when ``--token`` is not given."""
 
@@ -58,11 +52,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        import anyio
+
+        from triggerer.config import load_settings
+
         settings = load_settings(arguments.config)
-        configure_logging(settings.logging)
+        if arguments.logs:
+            from triggerer.logs import configure_logging
+
+            configure_logging(settings.logging)
         code: int = anyio.run(arguments.handler, settings, arguments)
         sys.stdout.flush()  # a reader gone shows here rather than in the interpreter's exit
-    except (ConfigError, CliError, LookupError, ValueError) as error:
+    except (CliError, LookupError, ValueError) as error:  # a ConfigError is a ValueError
         print(f"triggerer: {error}", file=sys.stderr)  # noqa: T201 - CLI output
         return 1
     except BrokenPipeError:
@@ -79,15 +80,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="triggerer", description=__doc__)
+    summary = (__doc__ or "").partition("\n\n")[0]  # the rest is for readers of the code
+    parser = argparse.ArgumentParser(prog="triggerer", description=summary)
     parser.add_argument("--config", help="config file (default: $TRIGGERER_CONFIG)")
     verbs = parser.add_subparsers(metavar="COMMAND")
 
     def verb(
-        group: Any, name: str, handler: Handler, help_text: str, *, listing: bool = False
+        group: Any,
+        name: str,
+        handler: Handler,
+        help_text: str,
+        *,
+        listing: bool = False,
+        reads: bool = False,
     ) -> argparse.ArgumentParser:
+        """A verb running ``handler``; one that only ``reads`` and prints (every ``listing``)
+        logs nothing, so it does not set logging up (structlog's import would be a tenth of
+        its run)."""
         command: argparse.ArgumentParser = group.add_parser(name, help=help_text)
-        command.set_defaults(handler=handler)
+        command.set_defaults(handler=handler, logs=not (reads or listing))
         # Also after the verb (`triggerer run --config FILE`); SUPPRESS keeps one given before.
         command.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if listing:
@@ -96,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
         return command
 
     verb(verbs, "run", _run, "run the daemon until SIGTERM/SIGINT")
-    verb(verbs, "check", _check, "exit 0 when a daemon heartbeat is fresh")
+    verb(verbs, "check", _check, "exit 0 when a daemon heartbeat is fresh", reads=True)
     db = verbs.add_parser("db", help="the metadata database").add_subparsers(metavar="VERB")
     verb(db, "upgrade", _db_upgrade, "migrate the database to this version's schema")
 
@@ -128,7 +139,11 @@ def _parser() -> argparse.ArgumentParser:
 
     events = verbs.add_parser("events", help="asset events").add_subparsers(metavar="VERB")
     verb(
-        events, "list", _listing(_events_rows, EVENT_COLUMNS), "list recent events", listing=True
+        events,
+        "list",
+        _listing(_events_rows, EVENT_COLUMNS, cut=("extra",)),
+        "list recent events",
+        listing=True,
     ).add_argument("--uri")
     emit = verb(events, "emit", _emit, "create an event on an asset")
     emit.add_argument("uri")
@@ -139,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     verb(
         events,
         "dead-letters",
-        _listing(_dead_letters_rows, DEAD_LETTER_COLUMNS),
+        _listing(_dead_letters_rows, DEAD_LETTER_COLUMNS, cut=("payload",)),
         "events the store could not hold, with the reason",
         listing=True,
     )
@@ -148,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     verb(
         runs, "list", _listing(_runs_rows, RUN_COLUMNS), "list recent runs", listing=True
     ).add_argument("--pipeline")
-    verb(runs, "logs", _runs_logs, "print a run's log").add_argument("run_id")
+    verb(runs, "logs", _runs_logs, "print a run's log", reads=True).add_argument("run_id")
 
     post = verbs.add_parser("post", help="send messages to fire pipelines")
     targets = post.add_subparsers(metavar="BROKER")
@@ -163,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     sqs.add_argument("--endpoint-url")
     sqs.add_argument("--region", default="us-east-1")
 
-    verb(verbs, "explain", _explain, "why a pipeline has or has not run").add_argument(
+    verb(verbs, "explain", _explain, "why a pipeline has or has not run", reads=True).add_argument(
         "pipeline_id"
     )
     return parser
@@ -185,9 +200,10 @@ def _limit(text: str) -> int:
     return limit
 
 
-def _listing(rows_of: ReadRows, columns: tuple[str, ...]) -> Handler:
+def _listing(rows_of: ReadRows, columns: tuple[str, ...], *, cut: tuple[str, ...] = ()) -> Handler:
     """A ``list`` verb: the rows ``rows_of`` reads, as a table of ``columns`` or (``--json``)
-    one JSON array of whole rows, as the REST API returns them."""
+    one JSON array of whole rows, as the REST API returns them. In the table, the cells of the
+    columns ``cut`` (payloads) show their first :data:`CUT_CHARS` characters."""
 
     async def handler(settings: Settings, arguments: argparse.Namespace) -> int:
         views = await _with_session(settings, lambda session: rows_of(session, arguments))
@@ -196,18 +212,20 @@ def _listing(rows_of: ReadRows, columns: tuple[str, ...]) -> Handler:
             _say(json.dumps(rows))
         else:
             # A row of another kind among them (a broken file among pipelines) has a dash.
-            _table([{column: row.get(column, "-") for column in columns} for row in rows])
+            _table([{column: row.get(column, "-") for column in columns} for row in rows], cut)
         return 0
 
     return handler
 
 
 async def _run(settings: Settings, _: argparse.Namespace) -> int:
+    import structlog
+
     from triggerer.daemon.service import serve
 
     try:
         await serve(settings)
-    except (ConfigError, CliError, LookupError, ValueError):
+    except (CliError, LookupError, ValueError):  # a ConfigError is a ValueError
         raise  # a setting to change: main() says which, in one line
     except Exception:  # noqa: BLE001
         # A bug past every fault boundary. The daemon ends at once, with the traceback, as
@@ -222,6 +240,8 @@ async def _run(settings: Settings, _: argparse.Namespace) -> int:
 
 
 async def _db_upgrade(settings: Settings, _: argparse.Namespace) -> int:
+    from triggerer.store import upgrade
+
     await upgrade(settings.database.url)
     _say(f"database at {settings.database.url} is up to date")
     return 0
@@ -230,6 +250,12 @@ async def _db_upgrade(settings: Settings, _: argparse.Namespace) -> int:
 async def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[_T]]) -> _T:
     """``work`` in one transaction on a store of this version's schema; a store that does not
     answer or is not migrated is a one-line error."""
+    from sqlalchemy import make_url
+
+    from triggerer.store import create_engine, current_revision, head_revision, session_factory
+    from triggerer.store.engine import sqlite_file
+    from triggerer.store.failures import STORE_ERRORS, is_outage
+
     url = make_url(settings.database.url).render_as_string(hide_password=True)
     file = sqlite_file(settings.database.url)
     if file is not None and not file.exists():
@@ -259,6 +285,10 @@ async def _with_session(settings: Settings, work: Callable[[AsyncSession], Await
 
 async def _check(settings: Settings, _: argparse.Namespace) -> int:
     """Exit 0 when the store answers and a daemon's heartbeat is fresh; else 1, saying why."""
+    from datetime import timedelta
+
+    from triggerer import queries
+    from triggerer.store.types import utcnow
 
     async def work(session: AsyncSession) -> int:
         stale = utcnow() - timedelta(seconds=settings.daemon.dead_after_s)
@@ -309,6 +339,8 @@ DEAD_LETTER_COLUMNS = ("id", "created_at", "asset", "trigger_id", "dedup_key", "
 async def _pipelines_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
     """The pipelines, then a row per file of the folder that failed to load (as
     ``GET /importErrors``: no pipeline id; in the table its file is ``path:line``)."""
+    from triggerer import queries
+
     pipelines = await queries.pipelines(session, limit=arguments.limit)
     broken = await queries.import_errors(session, limit=arguments.limit)
     if not arguments.json:
@@ -320,6 +352,8 @@ async def _pipelines_rows(session: AsyncSession, arguments: argparse.Namespace) 
 
 
 async def _set_paused(settings: Settings, pipeline_id: str, paused: bool) -> int:
+    from triggerer import actions
+
     async def work(session: AsyncSession) -> int:
         await actions.set_paused(session, pipeline_id, paused)
         _say(f"pipeline {pipeline_id} {'paused' if paused else 'unpaused'}")
@@ -339,6 +373,7 @@ async def _unpause(settings: Settings, arguments: argparse.Namespace) -> int:
 async def _trigger(settings: Settings, arguments: argparse.Namespace) -> int:
     if not isinstance(arguments.params, dict):
         raise CliError(f"--params must be a JSON object, got {arguments.params!r}")
+    from triggerer import actions
 
     async def work(session: AsyncSession) -> int:
         _say(await actions.trigger_run(session, arguments.pipeline_id, arguments.params))
@@ -348,33 +383,29 @@ async def _trigger(settings: Settings, arguments: argparse.Namespace) -> int:
 
 
 async def _assets_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    from triggerer import queries
+
     return await queries.assets(session, limit=arguments.limit)
 
 
 async def _watchers_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    from triggerer import queries
+
     return await queries.watchers(session, limit=arguments.limit)
 
 
 async def _events_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    from triggerer import queries
+
     return await queries.events(session, uri=arguments.uri, limit=arguments.limit)
-
-
-DEAD_LETTER_PAYLOAD_CHARS = 60
-"""How much of a dead letter's payload the table shows (``--json`` gives all of it)."""
 
 
 async def _dead_letters_rows(
     session: AsyncSession, arguments: argparse.Namespace
 ) -> Sequence[View]:
-    letters = await queries.dead_letters(session, limit=arguments.limit)
-    if arguments.json:
-        return letters
-    return [
-        letter.model_copy(update={"payload": letter.payload[: DEAD_LETTER_PAYLOAD_CHARS - 1] + "…"})
-        if len(letter.payload) > DEAD_LETTER_PAYLOAD_CHARS
-        else letter
-        for letter in letters
-    ]
+    from triggerer import queries
+
+    return await queries.dead_letters(session, limit=arguments.limit)
 
 
 async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
@@ -382,6 +413,11 @@ async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
         raise CliError(f"--extra must be a JSON object, got {arguments.extra!r}")
     if arguments.api is not None:
         return await _emit_over_api(arguments)
+    from triggerer import actions, queries
+    from triggerer.events import notify_recorded
+    from triggerer.listeners import listener_manager
+    from triggerer.store.models import EventSource
+
     listeners = listener_manager(settings.listeners.plugins)  # a bad plugin fails before writing
 
     async def work(session: AsyncSession) -> Recorded:
@@ -492,10 +528,16 @@ def _queued(pipeline_ids: Iterable[str]) -> str:
 
 
 async def _runs_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    from triggerer import queries
+
     return await queries.runs(session, pipeline_id=arguments.pipeline, limit=arguments.limit)
 
 
 async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
+    import anyio
+
+    from triggerer import queries
+
     async def work(session: AsyncSession) -> str | None:
         return (await queries.run_model(session, arguments.run_id)).log_path
 
@@ -548,6 +590,8 @@ async def _post_sqs(_: Settings, arguments: argparse.Namespace) -> int:
 
 
 async def _explain(settings: Settings, arguments: argparse.Namespace) -> int:
+    from triggerer.explain import explain
+
     explained = await _with_session(
         settings, lambda session: explain(session, arguments.pipeline_id)
     )
@@ -590,20 +634,29 @@ def _messages(texts: list[str]) -> list[Any]:
     return messages
 
 
-def _table(rows: Rows) -> None:
+CUT_CHARS = 60
+"""How much of a payload's cell the table shows (``--json`` gives all of it)."""
+
+
+def _table(rows: Rows, cut: Iterable[str] = ()) -> None:
+    """``rows`` in aligned columns; nothing is padded after the last one."""
     if not rows:
         _say("(none)")
         return
     columns = list(rows[0])
-    cells = [[_cell(row[c]) for c in columns] for row in rows]
+    cells = [[_cell(row[c], cut=c in cut) for c in columns] for row in rows]
     widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns)]
-    _say("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for line in cells:
-        _say("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)))
+    for line in [[c.upper() for c in columns], *cells]:
+        _say("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
 
 
-def _cell(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+def _cell(value: Any, *, cut: bool) -> str:
+    """A value as the table shows it: JSON for a list or a mapping, nothing for ``None``, and
+    (``cut``) its first :data:`CUT_CHARS` characters, ``…`` the last of them when cut."""
+    text = (
+        "" if value is None else json.dumps(value) if isinstance(value, dict | list) else str(value)
+    )
+    return text[: CUT_CHARS - 1] + "…" if cut and len(text) > CUT_CHARS else text
 
 
 def _say(text: str) -> None:

@@ -35,7 +35,6 @@ from triggerer.views import (
     RunRow,
     WatcherRow,
 )
-from watchers import kafka_fetcher
 
 
 class NotFound(LookupError):
@@ -335,6 +334,8 @@ def _consumer_group(session: AsyncSession, kwargs: dict[str, Any]) -> str | None
     or for one reading through the daemon's shared consumer, that consumer's group."""
     if not kwargs.get("shared_fetch"):
         return kwargs.get("group_id")
+    from watchers import kafka_fetcher  # the Kafka client, only for a list with Kafka watchers
+
     deployment = deployment_id(session.get_bind().engine.url)
     return kafka_fetcher.shared_group_id(kafka_fetcher.group_prefix(deployment), kwargs)
 

@@ -14,7 +14,8 @@ ranks what ``--help`` and ``runs list`` import, by cumulative time (a module's o
 everything it imports); the modules a list verb should not need are named if imported.
 
 ``--against REF`` measures the same commands with the ``triggerer/`` and ``watchers/`` of git
-revision ``REF`` too (taken with ``git archive``, first on ``PYTHONPATH``), on the same store.
+revision ``REF`` too (taken with ``git archive``, first on ``PYTHONPATH``), on a store it
+migrated and filled itself.
 """
 
 from __future__ import annotations
@@ -33,14 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from tests.benchmarks.report import publish
-from triggerer import actions
-from triggerer.daemon.registry import sync_definitions
-from triggerer.loader import load_pipelines
-from triggerer.store import create_engine, session_factory, upgrade
-from triggerer.store.models import EventSource
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 GOALS_S = {"help": 0.3, "list": 0.6}
@@ -92,21 +86,32 @@ EVENTS = 20
 RUNS = 20
 
 
-async def fill(database_url: str, folder: Path) -> None:
-    """A store as a small deployment has it: three pipelines, events with payloads, runs."""
+async def fill(database_url: str, folder: str) -> None:
+    """A store as a small deployment has it: three pipelines, events with payloads, runs.
+    Run with the version measured first on ``sys.path``, which migrates it to its own head."""
+    from triggerer import actions
+    from triggerer.daemon.registry import sync_definitions
+    from triggerer.loader import load_pipelines
+    from triggerer.store import create_engine, session_factory, upgrade
+
     await upgrade(database_url)
     engine = create_engine(database_url)
     try:
         async with session_factory(engine).begin() as session:
-            await sync_definitions(session, load_pipelines(folder))
+            await sync_definitions(session, load_pipelines(Path(folder)))
             orders = await actions.find_asset(session, asset_id=None, uri="orders")
             for n in range(EVENTS):
                 extra = {"payload": {"topic": "orders", "offset": n, "value": {"id": n}}}
-                await actions.emit_event(session, orders, extra, source=EventSource.CLI)
+                await actions.emit_event(session, orders, extra, source="cli")
             for _ in range(RUNS):
                 await actions.trigger_run(session, "total_orders")
     finally:
         await engine.dispose()
+
+
+FILL = (
+    "import anyio, sys; from tests.benchmarks.bench_cli import fill; anyio.run(fill, *sys.argv[1:])"
+)
 
 
 def archive(ref: str, into: Path) -> Path:
@@ -122,11 +127,12 @@ def archive(ref: str, into: Path) -> Path:
     return into
 
 
-def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Wall and CPU seconds of one process running ``argv`` to its end."""
+def run_once(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one process running ``argv`` to its end (in ``cwd``, not the
+    repository: ``python -c`` puts the current folder first on ``sys.path``)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)  # noqa: S603
+    subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, check=True)  # noqa: S603
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -142,12 +148,13 @@ def summary(samples: list[tuple[float, float]]) -> dict[str, float]:
     }
 
 
-def importtime(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+def importtime(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
     """What ``argv`` imports: the top entries by cumulative milliseconds, the module count, and
     the modules of :data:`HEAVY` among them."""
     result = subprocess.run(  # noqa: S603
         [sys.executable, "-X", "importtime", *argv],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=True,
@@ -171,47 +178,47 @@ def bench(runs: int, against: str | None, workdir: Path) -> dict[str, Any]:
     folder = workdir / "pipelines"
     folder.mkdir()
     (folder / "pipelines.py").write_text(textwrap.dedent(PIPELINES))
-    database_url = f"sqlite:///{workdir / 'triggerer.db'}"
-    anyio.run(fill, database_url, folder)
-    env = {
+    base_env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith("TRIGGERER_") and key != "PYTHONPATH"
     }
-    env |= {
-        "TRIGGERER_DATABASE__URL": database_url,
-        "TRIGGERER_PIPELINES__DIR": str(folder),
-        "TRIGGERER_LOGGING__FORMAT": "json",
-    }
-    versions = {"current": REPOSITORY}
+    base_env |= {"TRIGGERER_PIPELINES__DIR": str(folder), "TRIGGERER_LOGGING__FORMAT": "json"}
+    roots = {"current": REPOSITORY}
     if against is not None:
-        versions[against] = archive(against, workdir / "against")
+        roots[against] = archive(against, workdir / "against")
+    envs: dict[str, dict[str, str]] = {}
+    for version, root in roots.items():
+        # Each version on a store of its own schema, filled by its own code; tests/ after it.
+        database_url = f"sqlite:///{workdir / f'{len(envs)}.db'}"
+        envs[version] = base_env | {
+            "TRIGGERER_DATABASE__URL": database_url,
+            "PYTHONPATH": os.pathsep.join([str(root), str(REPOSITORY)]),
+        }
+        fill_argv = [sys.executable, "-c", FILL, database_url, str(folder)]
+        subprocess.run(fill_argv, env=envs[version], cwd=workdir, check=True)  # noqa: S603
     launch = [sys.executable, "-c", LAUNCH]
     # (label, version or None for a floor, argv, env); one of each per round, in turn, so that
     # the machine's other work falls on all of them alike.
     commands: list[tuple[str, str | None, list[str], dict[str, str]]] = [
-        (floor, None, [sys.executable, "-c", code], env) for floor, code in FLOORS.items()
+        (floor, None, [sys.executable, "-c", code], base_env) for floor, code in FLOORS.items()
     ]
-    for version, root in versions.items():
-        version_env = env | {"PYTHONPATH": str(root)}
-        commands += [
-            (name, version, [*launch, *argv], version_env) for name, argv in COMMANDS.items()
-        ]
-    for _, _, argv, command_env in commands:  # a first start warms the file cache
-        run_once(argv, command_env)
+    for version, env in envs.items():
+        commands += [(name, version, [*launch, *argv], env) for name, argv in COMMANDS.items()]
+    for _, _, argv, env in commands:  # a first start warms the file cache
+        run_once(argv, env, workdir)
     samples: dict[tuple[str, str | None], list[tuple[float, float]]] = {}
     for _ in range(runs):
-        for label, version, argv, command_env in commands:
-            samples.setdefault((label, version), []).append(run_once(argv, command_env))
+        for label, version, argv, env in commands:
+            samples.setdefault((label, version), []).append(run_once(argv, env, workdir))
     results: dict[str, Any] = {
         "runs": runs,
         "goals_s": GOALS_S,
         "floors": {label: summary(samples[label, None]) for label in FLOORS},
     }
-    for version, root in versions.items():
+    for version, env in envs.items():
         timings = {name: summary(samples[name, version]) for name in COMMANDS}
         slowest_list = max(timings[name]["median_s"] for name in LIST_VERBS)
-        version_env = env | {"PYTHONPATH": str(root)}
         results[version] = {
             **timings,
             "goals_met": {
@@ -219,7 +226,7 @@ def bench(runs: int, against: str | None, workdir: Path) -> dict[str, Any]:
                 "list": slowest_list <= GOALS_S["list"],
             },
             "importtime": {
-                name: importtime(["-c", LAUNCH, *COMMANDS[name]], version_env)
+                name: importtime(["-c", LAUNCH, *COMMANDS[name]], env, workdir)
                 for name in IMPORTTIME_COMMANDS
             },
         }

@@ -195,9 +195,28 @@ def test_dead_letters_lists_the_newest_first_with_reason_and_payload(
     header, *lines = out.splitlines()
     assert header.split() == [column.upper() for column in columns]
     assert len(lines) == 3
-    assert lines[0].split()[3:7] == ["None", "q/2", "reason", "2"]
-    assert lines[0].rstrip().endswith("xxx…")  # the table cuts the payload, --json does not
+    assert lines[0].split()[3:6] == ["q/2", "reason", "2"]  # no trigger: an empty cell
+    assert lines[0].endswith("xxx…")  # the table cuts the payload, --json does not
     assert long_text not in out
+
+
+def test_events_table_cuts_payloads_and_leaves_empty_cells_empty(
+    synced: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: every row padded to the longest extra (~340 characters), and ``None`` shown."""
+    extra = {"payload": {"topic": "orders", "value": {"id": 7, "note": "n" * 300}}}
+    assert run_cli(capsys, "events", "emit", "orders", "--extra", json.dumps(extra))[0] == 0
+    assert run_cli(capsys, "events", "emit", "orders")[0] == 0
+
+    code, out, _ = run_cli(capsys, "events", "list")
+
+    assert code == 0
+    header, short_row, long_row = out.splitlines()  # newest first
+    assert header.split() == ["ID", "URI", "SOURCE", "TIMESTAMP", "PARTITION_KEY", "EXTRA"]
+    assert "None" not in out  # no partition key: an empty cell
+    assert long_row.endswith("  " + json.dumps(extra)[:59] + "…")  # 60 characters
+    assert short_row.endswith("{}")  # nothing padded after the last column
+    assert json.loads(run_cli(capsys, "events", "list", "--json")[1])[1]["extra"] == extra
 
 
 @pytest.mark.parametrize(

@@ -55,10 +55,15 @@ def test_all_has_no_duplicates() -> None:
 def test_all_equals_the_public_names_exported() -> None:
     public = {
         name
-        for name, value in vars(triggerer).items()
-        if not name.startswith("_") and not isinstance(value, ModuleType)
+        for name in dir(triggerer)
+        if not name.startswith("_") and not isinstance(getattr(triggerer, name), ModuleType)
     }
     assert set(triggerer.__all__) == public
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="module 'triggerer' has no attribute 'Assets'"):
+        triggerer.Assets  # type: ignore[attr-defined]  # noqa: B018 - the lookup is the test
 
 
 def test_all_equals_the_contract() -> None:
