@@ -50,8 +50,7 @@ def head_revision() -> str:
     revision revises.
 
     Read from the revision files' ``revision`` and ``down_revision`` lines, without importing
-    them or Alembic; ``tests/integration/store/test_store_schema.py`` checks that it is the
-    revision Alembic upgrades to.
+    them or Alembic; ``tests/integration/test_cli_imports.py`` checks that it is Alembic's.
     """
     revises = dict(_revision(path) for path in (MIGRATIONS_DIR / "versions").glob("[!_]*.py"))
     heads = revises.keys() - set(revises.values())
