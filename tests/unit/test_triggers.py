@@ -8,8 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from aiokafka import ConsumerRecord
 
 from triggerer import BaseEventTrigger, TriggerEvent, load_trigger
+from watchers.kafka import dedup_key
+from watchers.sqs import SqsTrigger, message_payload
 
 
 class PlainTrigger(BaseEventTrigger):
@@ -187,3 +190,32 @@ def test_polled_is_the_last_poll_also_of_a_frozen_dataclass_trigger() -> None:
     assert before <= polled <= datetime.now(UTC)
     assert trigger.serialize() == (trigger.classpath(), {"queue": "q"})
     assert Frozen("q").last_poll_at is None  # each instance its own
+
+
+def test_same_message_by_default_means_equal_payloads() -> None:
+    trigger = PlainTrigger("/in")
+
+    assert trigger.same_message({"n": 1, "tags": ["a"]}, {"tags": ["a"], "n": 1})
+    assert not trigger.same_message({"n": 1}, {"n": 2})
+
+
+def test_an_sqs_redelivery_is_the_same_message_though_its_receive_count_moved() -> None:
+    trigger = SqsTrigger("orders", endpoint_url="http://127.0.0.1:1", region_name="us-east-1")
+    first = {"MessageId": "m-1", "Body": '{"n": 1}', "Attributes": {"SentTimestamp": "1"}}
+    received = message_payload(first)
+    again = message_payload(
+        {**first, "Attributes": {"SentTimestamp": "1", "ApproximateReceiveCount": "2"}}
+    )
+    other = message_payload({**first, "Body": '{"n": 2}'})
+
+    assert trigger.same_message(received, again)
+    assert trigger.same_message({"message_batch": [received]}, {"message_batch": [again]})
+    assert not trigger.same_message(received, other)
+
+
+def test_a_kafka_key_tells_a_recreated_topics_message_from_the_old_one_at_its_offset() -> None:
+    def record(timestamp: int) -> ConsumerRecord[bytes, bytes]:
+        return ConsumerRecord("orders", 0, 7, timestamp, 0, None, b"{}", None, 0, 2, [])
+
+    assert dedup_key(record(1_790_000_000_123)) == "orders/0/7@1790000000123"
+    assert dedup_key(record(1_790_000_000_123)) != dedup_key(record(1_790_000_099_000))

@@ -134,6 +134,40 @@ async def test_every_event_is_committed_before_its_ack_batches_stay_full_and_dup
     assert commits == [(100, 0, {"report"})] * 6 + [(0, 100, set())] * 2
 
 
+async def test_a_stored_key_met_by_another_message_is_logged_and_a_redelivery_is_not(
+    migrated_engine: AsyncEngine, tmp_path: Path
+) -> None:
+    sessions = session_factory(migrated_engine)
+    watched = await _watched(sessions, tmp_path)
+    send, receive = anyio.create_memory_object_stream[Delivery](10)
+
+    def no_ack(_: str) -> Ack:
+        async def nothing() -> None: ...
+
+        return nothing
+
+    with send:
+        send.send_nowait(_delivery(watched, 1, no_ack))
+        send.send_nowait(_delivery(watched, 2, no_ack))
+    with anyio.fail_after(30), capture_logs() as first_logs:
+        await Ingest(sessions, lambda _: None, batch_size=100).run(receive)
+    send, receive = anyio.create_memory_object_stream[Delivery](10)
+    with send:
+        send.send_nowait(_delivery(watched, 1, no_ack))  # the same message again
+        reused = TriggerEvent({"n": "another"}, dedup_key="orders/0/2")
+        send.send_nowait((watched, reused))
+    again = Ingest(sessions, lambda _: None, batch_size=100)
+    with anyio.fail_after(30), capture_logs() as logs:
+        await again.run(receive)
+
+    assert (await _events(sessions), again.duplicates) == (2, 2)
+    assert not [log for log in first_logs if log["log_level"] == "warning"]
+    [warning] = [log for log in logs if log["event"] == "duplicate_key_other_message"]
+    assert warning["watchers"] == ["orders/inbox"]
+    assert warning["dedup_key"] == "orders/0/2"
+    assert warning["stored_at"] < warning["received_at"]
+
+
 def _allow_connections(server: URL, database: str, allowed: bool) -> None:
     libpq = server.set(drivername="postgresql", database="postgres")
     with psycopg.connect(libpq.render_as_string(hide_password=False), autocommit=True) as admin:

@@ -389,3 +389,49 @@ async def test_naive_timestamps_are_rejected(migrated_engine: AsyncEngine) -> No
         session.add(_run("r1", "report", created_at=naive))
         with pytest.raises(StatementError, match="naive datetime '2026-03-16T00:00:00'"):
             await session.commit()
+
+
+async def test_kafka_dedup_keys_gain_the_record_timestamp(database_url: str) -> None:
+    """Migration 0004: a Kafka event stored before the upgrade keeps matching its message when
+    that message is delivered again after it (the key the watcher makes now holds the record's
+    timestamp); keys it cannot rewrite, and other triggers' keys, stay as they were."""
+    await upgrade(database_url, "0003")
+    payload = {"topic": "orders", "partition": 0, "offset": 7, "timestamp": 1_790_000_000_123}
+    rows = [  # (asset, trigger, dedup key, payload)
+        ("orders", "watchers.kafka.KafkaTrigger", "orders/0/7", payload),
+        ("orders", "watchers.kafka.KafkaTrigger", "orders/0/8", {"order": 8}),  # apply_function
+        ("refunds", "plugins.MyTrigger", "orders/0/7", payload),
+    ]
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            assets = {name: Asset(name=name, uri=name) for name in ("orders", "refunds")}
+            await _add(session, *assets.values())
+            # Core, naming its columns: the mapped classes have columns revision 0003 lacks.
+            triggers = {
+                classpath: await session.scalar(
+                    insert(Trigger)
+                    .values(classpath=classpath, kwargs={}, key=classpath[:64], state="running")
+                    .returning(Trigger.id)
+                )
+                for classpath in ("watchers.kafka.KafkaTrigger", "plugins.MyTrigger")
+            }
+            for asset, classpath, key, stored in rows:
+                await session.execute(
+                    insert(AssetEvent).values(
+                        asset_id=assets[asset].id,
+                        extra={"from_trigger": True, "payload": stored},
+                        source="trigger",
+                        dedup_key=key,
+                        source_trigger_id=triggers[classpath],
+                    )
+                )
+            await session.commit()
+
+        await upgrade(database_url)
+
+        async with engine.connect() as conn:
+            keys = (await conn.scalars(select(AssetEvent.dedup_key).order_by(AssetEvent.id))).all()
+    finally:
+        await engine.dispose()
+    assert keys == ["orders/0/7@1790000000123", "orders/0/8", "orders/0/7"]
