@@ -180,7 +180,7 @@ def call_listeners(
                     strict=True,
                 )
             ],
-            0,
+            [],
             {},
         )
         known = Origins({i: a.asset() for i, a in item.assets.items()}, item.run_ids)

@@ -106,7 +106,7 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def recorded(*ids: int, extra: dict[str, Any] | None = None) -> Recorded:
     events = [RecordedEvent(i, 1, None, None, extra or {"n": i}, "trigger", NOW, None) for i in ids]
-    return Recorded(events, 0, {})
+    return Recorded(events, [], {})
 
 
 def sample(name: str, **labels: str) -> float:
