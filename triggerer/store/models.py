@@ -247,8 +247,8 @@ class AssetEvent(Base):
     """An update of an asset.
 
     ``dedup_key`` (e.g. SQS queue + MessageId, Kafka topic/partition/offset@timestamp) is
-    unique per asset: the exactly-once key of redelivered messages. The producer, when known, is kept in
-    ``source_trigger_id`` or ``source_run_pk`` and set to NULL if that row is deleted.
+    unique per asset: the exactly-once key of redelivered messages. The producer, when known,
+    is kept in ``source_trigger_id`` or ``source_run_pk`` and set to NULL if that row is deleted.
     """
 
     __tablename__ = "asset_event"
