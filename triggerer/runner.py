@@ -1,6 +1,6 @@
 """The child process of one run: a SparkSession, the pipeline function, and its outlets.
 
-``python -m triggerer.runner SPEC RESULT`` reads the run spec (JSON, written by the launcher),
+``python -m triggerer.runner SPEC RESULT`` reads the run spec (:mod:`triggerer.run_spec`),
 runs the pipeline and writes what it emitted to RESULT. Its stdout and stderr are the run log.
 In ``submit`` mode spark-submit runs this module as the application; on Spark Connect a run is
 a fork of ``triggerer.run_forker``, which calls :func:`main` instead.
@@ -16,7 +16,6 @@ import runpy
 import sys
 import warnings
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
 from triggerer.lifeline import die_with_parent
 from triggerer.loader import import_pipeline_file
 from triggerer.pipelines import Metadata, Pipeline
+from triggerer.run_spec import RunSpec, SpecEvent
 
 # With pandas 3, PySpark 4 warns on each session that it "does not yet fully support pandas >=
 # 3.0.0": a FutureWarning no pipeline can act on, printed into every run's log (and the run
@@ -46,15 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # already; in submit mode it is the child of spark-submit's JVM, and goes with it.
     die_with_parent()
     spec_path, result_path = arguments[:2]
-    spec = json.loads(Path(spec_path).read_text())
-    pipeline = _find_pipeline(spec["fileloc"], spec["pipeline_id"])
+    spec = RunSpec.read(Path(spec_path))
+    pipeline = _find_pipeline(spec.fileloc, spec.pipeline_id)
     context = build_context(spec, pipeline)
     spark = _spark_session(spec, pipeline)
     try:
         if pipeline.application is not None:
             # An existing PySpark script: its getOrCreate() finds the session made here.
             runpy.run_path(
-                str(Path(spec["fileloc"]).parent / pipeline.application), run_name="__main__"
+                str(Path(spec.fileloc).parent / pipeline.application), run_name="__main__"
             )
         else:
             assert pipeline.function is not None  # noqa: S101 - Pipeline has one or the other
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for item in result if inspect.isgenerator(result) else ():
                 _apply(item, context)
     except (PySparkAttributeError, PySparkNotImplementedError) as error:
-        if spec["spark"]["mode"] != "connect":
+        if spec.spark.mode != "connect":
             raise
         raise ClassicSparkNeeded(
             f"{error}\nPipeline {pipeline.pipeline_id!r} uses what only classic Spark has "
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             '[spark] mode = "classic" (a JVM of its own per run) or "submit"'
         ) from error
     finally:
-        if spec["spark"]["mode"] != "submit":
+        if spec.spark.mode != "submit":
             spark.stop()  # a Connect session is released on the server, a local JVM ends
     Path(result_path).write_text(json.dumps(collect_outlets(context)))
     return 0
@@ -80,23 +80,23 @@ class ClassicSparkNeeded(RuntimeError):
     """A pipeline run on Spark Connect touched the classic-only API."""
 
 
-def build_context(spec: dict[str, Any], pipeline: Pipeline) -> RunContext:
+def build_context(spec: RunSpec, pipeline: Pipeline) -> RunContext:
     """The :class:`RunContext` a run spec describes."""
     triggering: dict[Asset, list[AssetEvent]] = {}
-    for event in map(_event, spec["triggering_events"]):
+    for event in map(_event, spec.triggering_events):
         triggering.setdefault(event.asset, []).append(event)
-    database_url = spec["database_url"]
+    database_url = spec.database_url
     return RunContext(
-        run_id=spec["run_id"],
-        pipeline_id=spec["pipeline_id"],
+        run_id=spec.run_id,
+        pipeline_id=spec.pipeline_id,
         triggering_asset_events=triggering,
         inlet_events=InletEvents(
             pipeline.inlets, lambda asset: asyncio.run(_inlet_events(database_url, asset))
         ),
         outlet_events=OutletEvents(pipeline.outlets),
-        params=spec["params"],
-        partition_key=spec["partition_key"],
-        try_number=spec["try_number"],
+        params=spec.params,
+        partition_key=spec.partition_key,
+        try_number=spec.try_number,
     )
 
 
@@ -124,15 +124,15 @@ def _apply(item: object, context: RunContext) -> None:
         context.outlet_events[item.asset].extra.update(item.extra)
 
 
-def _event(data: dict[str, Any]) -> AssetEvent:
+def _event(event: SpecEvent) -> AssetEvent:
     return AssetEvent(
-        id=data["id"],
-        asset=Asset(data["asset"]["name"], data["asset"]["uri"]),
-        extra=data["extra"],
-        timestamp=datetime.fromisoformat(data["timestamp"]),
-        source=data["source"],
-        partition_key=data["partition_key"],
-        source_run_id=data.get("source_run_id"),
+        id=event.id,
+        asset=Asset(event.asset.name, event.asset.uri),
+        extra=event.extra,
+        timestamp=event.timestamp,
+        source=event.source,
+        partition_key=event.partition_key,
+        source_run_id=event.source_run_id,
     )
 
 
@@ -165,21 +165,22 @@ def _find_pipeline(fileloc: str, pipeline_id: str) -> Pipeline:
     return pipelines[pipeline_id]
 
 
-def _spark_session(spec: dict[str, Any], pipeline: Pipeline) -> Any:
+def _spark_session(spec: RunSpec, pipeline: Pipeline) -> Any:
     from pyspark.sql import SparkSession
 
-    spark_settings = spec["spark"]
-    builder = SparkSession.builder.appName(spec["run_id"])
-    if spark_settings["mode"] == "connect":
+    spark = spec.spark
+    builder = SparkSession.builder.appName(spec.run_id)
+    if spark.mode == "connect":
+        assert spark.remote is not None  # noqa: S101 - the launcher sets it for connect mode
         # Also where an application script's own SparkSession.builder looks.
-        os.environ["SPARK_REMOTE"] = spark_settings["remote"]
-        builder = builder.remote(spark_settings["remote"])
-    conf = {**spark_settings["conf"], **pipeline.spark_conf}
-    if spark_settings["mode"] == "classic":
+        os.environ["SPARK_REMOTE"] = spark.remote
+        builder = builder.remote(spark.remote)
+    conf = {**spark.conf, **pipeline.spark_conf}
+    if spark.mode == "classic":
         from triggerer.processes import spark_conf
 
-        builder = builder.master(spark_settings["master"]).config("spark.ui.enabled", "false")
-        conf = spark_conf(spark_settings["master"], conf)  # a local JVM listens on loopback
+        builder = builder.master(spark.master).config("spark.ui.enabled", "false")
+        conf = spark_conf(spark.master, conf)  # a local JVM listens on loopback
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

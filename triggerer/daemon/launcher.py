@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import msgspec
 import structlog
 from anyio.abc import TaskGroup
 from sqlalchemy import or_, select, update
@@ -32,6 +33,7 @@ from triggerer.daemon.run_forks import ForkerUnavailable, RunForks
 from triggerer.dead_letters import unstorable
 from triggerer.events import NewEvent, Recorded, record_events
 from triggerer.processes import Process, spark_conf, spark_env, terminate
+from triggerer.run_spec import RunSpec, SparkSpec, SpecAsset, SpecEvent
 from triggerer.store import models
 from triggerer.store.failures import STORE_ERRORS, is_outage
 from triggerer.store.models import EventSource, RunState
@@ -205,21 +207,23 @@ class Launcher:
                 self._idle.set()
             self.wake()  # a slot is free for the next queued run
 
-    async def _read(self, run_pk: int) -> tuple[models.Run, dict[str, Any] | None]:
+    async def _read(self, run_pk: int) -> tuple[models.Run, RunSpec | None]:
         """The claimed run, and the spec its child process runs (``None``: no such pipeline)."""
         async with self._sessions() as session:
             run = await session.get_one(models.Run, run_pk)
             pipeline = self._registry().pipelines.get(run.pipeline_id)
-            return run, await self._spec(session, run, pipeline) if pipeline else None
+            if pipeline is None or pipeline.fileloc is None:  # (the registry's have a file)
+                return run, None
+            return run, await self._spec(session, run, pipeline, pipeline.fileloc)
 
     async def _run_child(
-        self, spec: dict[str, Any], folder: Path, log_path: Path, try_number: int
+        self, spec: RunSpec, folder: Path, log_path: Path, try_number: int
     ) -> Ended:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
-        await anyio.Path(spec_path).write_text(json.dumps(spec))
+        await anyio.Path(spec_path).write_bytes(msgspec.json.encode(spec))
         process: Process
-        if spec["spark"]["mode"] == "connect":
+        if spec.spark.mode == "connect":
             process = await self._run_forks.start_run(spec_path, result_path, log_path)
         else:
             env = self._run_env()
@@ -250,8 +254,8 @@ class Launcher:
         return env
 
     async def _spec(
-        self, session: AsyncSession, run: models.Run, pipeline: Pipeline
-    ) -> dict[str, Any]:
+        self, session: AsyncSession, run: models.Run, pipeline: Pipeline, fileloc: str
+    ) -> RunSpec:
         producer = aliased(models.Run)
         rows = await session.execute(
             select(models.AssetEvent, models.Asset, producer.run_id)
@@ -262,15 +266,15 @@ class Launcher:
             .order_by(models.AssetEvent.id)
         )
         events = [
-            {
-                "id": event.id,
-                "asset": {"name": asset.name, "uri": asset.uri},
-                "extra": event.extra,
-                "timestamp": event.timestamp.isoformat(),
-                "source": event.source,
-                "partition_key": event.partition_key,
-                "source_run_id": source_run_id,
-            }
+            SpecEvent(
+                id=event.id,
+                asset=SpecAsset(asset.name, asset.uri),
+                extra=event.extra,
+                timestamp=event.timestamp,
+                source=event.source,
+                partition_key=event.partition_key,
+                source_run_id=source_run_id,
+            )
             for event, asset, source_run_id in rows.all()
         ]
         spark = self._settings.spark
@@ -278,24 +282,19 @@ class Launcher:
         if self._spark_server is not None:
             # Local mode: the run is a client of the daemon's warm Connect server.
             mode, remote = "connect", await self._spark_server.wait_ready()
-        return {
-            "run_id": run.run_id,
-            "pipeline_id": run.pipeline_id,
-            "fileloc": pipeline.fileloc,
-            "application": pipeline.application,
-            "try_number": run.try_number,
-            "partition_key": run.partition_key,
+        return RunSpec(
+            run_id=run.run_id,
+            pipeline_id=run.pipeline_id,
+            fileloc=fileloc,
+            application=pipeline.application,
+            try_number=run.try_number,
+            partition_key=run.partition_key,
             # Manual runs carry only what was given: the pipeline's defaults fill in the rest.
-            "params": {**pipeline.params, **run.params},
-            "triggering_events": events,
-            "database_url": self._settings.database.url,
-            "spark": {
-                "mode": mode,
-                "master": spark.master,
-                "remote": remote,
-                "conf": spark.conf,
-            },
-        }
+            params={**pipeline.params, **run.params},
+            triggering_events=events,
+            database_url=self._settings.database.url,
+            spark=SparkSpec(mode=mode, master=spark.master, remote=remote, conf=spark.conf),
+        )
 
     async def _finish(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished:
         """Record how a try ended (its new state, the pipelines to evaluate again, its outlets).

@@ -3,7 +3,6 @@ a new environment, and closing. Real processes; the runs fail before they need S
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import msgspec
 import pytest
 
 from tests.e2e.daemon import (
@@ -29,6 +29,7 @@ from tests.e2e.daemon import (
 from triggerer import lifeline
 from triggerer.daemon.run_forks import ForkedRun, ForkerUnavailable, RunForks
 from triggerer.processes import spark_env
+from triggerer.run_spec import RunSpec, SparkSpec
 
 if TYPE_CHECKING:
     from triggerer.store import models
@@ -61,8 +62,19 @@ class Forks:
         self.count += 1
         run = self.folder / f"run-{self.count}"
         run.mkdir()
-        spec = {"fileloc": str(self.folder / "pipelines.py"), "pipeline_id": "absent"}
-        (run / "spec.json").write_text(json.dumps(spec))
+        spec = RunSpec(
+            run_id=f"absent__{self.count}",
+            pipeline_id="absent",
+            fileloc=str(self.folder / "pipelines.py"),
+            application=None,
+            try_number=1,
+            partition_key=None,
+            params={},
+            triggering_events=[],
+            database_url="sqlite:///unused.db",
+            spark=SparkSpec(mode="connect", master="local[*]", remote="sc://127.0.0.1:1", conf={}),
+        )
+        (run / "spec.json").write_bytes(msgspec.json.encode(spec))
         log = run / "run.log"
         process = await self.forks.start_run(run / "spec.json", run / "result.json", log)
         return process, log
