@@ -14,14 +14,13 @@ from collections import Counter as Tally
 from collections.abc import Mapping
 from datetime import datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from triggerer.store.models import EventSource, RunState, TriggerState
 
 if TYPE_CHECKING:
-    from triggerer.daemon.supervisor import WatcherStatus
     from triggerer.events import Recorded
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -209,7 +208,16 @@ def queued_events(counts: Mapping[str, int], pipeline_ids: set[str]) -> None:
     _queued_pipelines.update(pipeline_ids)
 
 
-def watcher_started(trigger_id: int, kind: str, status: WatcherStatus) -> None:
+class WatcherState(Protocol):
+    """What the watcher gauges read of a running watcher (the supervisor's status of it)."""
+
+    state: str
+    last_poll_at: datetime | None
+    last_event_at: datetime | None
+    lag: int | None
+
+
+def watcher_started(trigger_id: int, kind: str, status: WatcherState) -> None:
     """Expose the state of one trigger instance of class ``kind``, read from ``status`` at
     each scrape."""
     watcher_stopped(trigger_id)  # restarted with other assets: the series start again

@@ -8,10 +8,7 @@ import importlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from triggerer.assets import Asset
+from typing import Any, Protocol
 
 Ack = Callable[[], Awaitable[None]]
 _STRICT_JSON = json.JSONEncoder(allow_nan=False)
@@ -67,6 +64,16 @@ class TriggerEvent:
         return event
 
 
+class WatchedAsset(Protocol):
+    """The asset a watcher feeds, as a trigger sees it (a :class:`triggerer.Asset`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uri(self) -> str: ...
+
+
 class BaseEventTrigger(abc.ABC):
     """A source of events, run by the daemon until cancelled.
 
@@ -119,7 +126,7 @@ class BaseEventTrigger(abc.ABC):
         that time itself."""
         return self._last_poll_at
 
-    def for_watcher(self, asset: Asset, watcher_name: str) -> BaseEventTrigger:
+    def for_watcher(self, asset: WatchedAsset, watcher_name: str) -> BaseEventTrigger:
         """The trigger the daemon runs for watcher ``watcher_name`` of ``asset``: by default
         this one.
 

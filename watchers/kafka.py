@@ -19,7 +19,7 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import OffsetAndMetadata
 
 from triggerer.connections import get_connection
-from triggerer.triggers import BaseEventTrigger, TriggerEvent
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import kafka_fetcher
 from watchers.filters import PayloadFilter, lookup
 from watchers.kafka_client import (
@@ -35,7 +35,6 @@ from watchers.payloads import decode_body, import_callable
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from triggerer.assets import Asset
 
 log = structlog.get_logger(__name__)
 
@@ -161,7 +160,7 @@ class KafkaTrigger(BaseEventTrigger):
         """The consumer group in use: ``group_id``, else ``triggerer-<sorted topics>``."""
         return self.group_id or "triggerer-" + ",".join(sorted(self.topics))
 
-    def for_watcher(self, asset: Asset, watcher_name: str) -> KafkaTrigger:
+    def for_watcher(self, asset: WatchedAsset, watcher_name: str) -> KafkaTrigger:
         """This trigger reading through the daemon's shared consumer, its place named after the
         watcher, unless ``group_id`` is set."""
         if self.group_id is not None:
@@ -657,7 +656,7 @@ def dedup_key(record: ConsumerRecord[bytes, bytes]) -> str:
     return f"{record.topic}/{record.partition}/{record.offset}@{record.timestamp}"
 
 
-def watcher_group_id(asset: Asset, watcher_name: str) -> str:
+def watcher_group_id(asset: WatchedAsset, watcher_name: str) -> str:
     """The default consumer group of a watcher: ``triggerer-<watcher name>-<digest>``.
 
     The digest of the asset's name and URI and the watcher's name keeps watchers of the same
