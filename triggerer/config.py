@@ -25,6 +25,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from triggerer import connections
+
 CONFIG_ENV = "TRIGGERER_CONFIG"
 HOME = Path(os.environ.get("TRIGGERER_HOME", Path.home() / ".triggerer"))
 
@@ -277,6 +279,10 @@ def load_settings(path: str | Path | None = None) -> Settings:
 def current_settings() -> Settings:
     """The settings of this process, read once."""
     return load_settings()
+
+
+# Triggers name their connections (triggerer.connections); these settings hold them.
+connections.read_from(lambda: current_settings().connections)
 
 
 def _describe(error: pydantic.ValidationError, config_file: str | None) -> str:
