@@ -1,13 +1,16 @@
 """Amazon SQS watcher: ``SqsTrigger``, its options and the payload of a message.
 
 The queue addressing lives in ``watchers.sqs_address`` and the running machinery (receives,
-deletes, visibility, dead letters) in ``watchers.sqs_session``.
+deletes, visibility, dead letters) in ``watchers.sqs_session``, which a trigger reads through with
+a ``ReaderSpec`` and whose ``ReaderStats`` hold its counters, lag and last poll.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
@@ -15,7 +18,7 @@ from watchers import sqs_session
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import decode_body, import_callable
 from watchers.sqs_address import parse_queue
-from watchers.sqs_session import MAX_MESSAGES, _Reader, _SqsSession
+from watchers.sqs_session import MAX_MESSAGES, Prepared, Reader, ReaderSpec, ReaderStats
 
 MAX_WAIT_TIME_S = 20
 MAX_VISIBILITY_TIMEOUT_S = 43_200
@@ -118,53 +121,97 @@ class SqsTrigger(BaseEventTrigger):
             "max_receives": max_receives,
             "connection": connection,
         }
-        #: Counters for the daemon's ``/watchers`` since the trigger was made: messages received,
-        #: events yielded, messages filtered, failing, sent to the dead-letter queue, deleted.
-        self.received = 0
-        self.events = 0
-        self.filtered = 0
-        self.failed = 0
-        self.dead_lettered = 0
-        self.deleted = 0
-        self._session: _SqsSession | None = None
-        self._reader: _Reader | None = None
-        self._lag: int | None = None  # written by the session
+        # Written by the queue's session, since the trigger was made.
+        self._stats = ReaderStats()
+        self._reader: Reader | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return self.classpath(), dict(self._kwargs)
+
+    def reader_spec(self) -> ReaderSpec:
+        """What the queue's session needs of this trigger."""
+        kwargs = self._kwargs
+        return ReaderSpec(
+            queue=self.location,
+            connection=kwargs["connection"],
+            key=json.dumps(self.serialize(), sort_keys=True),
+            prepare=self._prepare,
+            batch=kwargs["batch"],
+            wait_time_s=kwargs["wait_time_s"],
+            max_messages=kwargs["max_messages"],
+            receivers=kwargs["receivers"],
+            visibility_timeout_s=kwargs["visibility_timeout_s"],
+            dead_letter_queue=kwargs["dead_letter_queue"],
+            max_receives=kwargs["max_receives"],
+        )
+
+    # Counters for the daemon's ``/watchers`` since the trigger was made.
+
+    @property
+    def received(self) -> int:
+        """Messages received."""
+        return self._stats.received
+
+    @property
+    def events(self) -> int:
+        """Events yielded."""
+        return self._stats.events
+
+    @property
+    def filtered(self) -> int:
+        """Messages dropped by ``filter`` or ``transform``."""
+        return self._stats.filtered
+
+    @property
+    def failed(self) -> int:
+        """Receives of a message whose processing raised."""
+        return self._stats.failed
+
+    @property
+    def dead_lettered(self) -> int:
+        """Messages sent to the dead-letter queue."""
+        return self._stats.dead_lettered
+
+    @property
+    def deleted(self) -> int:
+        """Messages deleted from the queue (by this trigger's session)."""
+        return self._stats.deleted
 
     @property
     def lag(self) -> int | None:
         """The queue's ApproximateNumberOfMessages (visible, not yet received): read when the
         watcher starts and every ``LAG_INTERVAL_S``, and 0 when a long poll comes back empty."""
-        return self._lag
+        return self._stats.lag
+
+    @property
+    def last_poll_at(self) -> datetime | None:
+        """When the queue last answered a receive, an empty long poll included."""
+        return self._stats.last_poll_at
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
         # On its own (outside the daemon), the trigger has a poller of its own.
         pollers = sqs_session.current() or sqs_session.Pollers()
-        session, reader = await pollers.join(self)
-        self._session, self._reader = session, reader
+        reader = self._reader = await pollers.join(self.reader_spec(), self._stats)
         try:
             while True:
-                yield await session.next_event(reader)
+                yield await reader.next_event()
         finally:
-            session.stop_reading(reader)
+            reader.stop_reading()
 
     async def cleanup(self) -> None:
         """Leave the queue's session: the last reader flushes pending deletes, makes unacked
         messages visible again and closes the client."""
-        session, reader = self._session, self._reader
-        self._session = self._reader = None
-        self._lag = None
-        if session is not None and reader is not None:
-            await session.leave(reader)
+        reader, self._reader = self._reader, None
+        self._stats.lag = None
+        if reader is not None:
+            await reader.leave()
 
     def same_message(self, stored: Any, received: Any) -> bool:
         """Equal payloads, but for the ``Approximate*`` attributes a redelivery changes."""
         return bool(_without_approximations(stored) == _without_approximations(received))
 
-    def _prepare(self, message: dict[str, Any]) -> tuple[Any, str | None] | None:
+    def _prepare(self, message: dict[str, Any]) -> Prepared:
         """The payload and partition key of a message, or ``None`` when it is filtered out."""
         payload: Any = message_payload(message)
         if self._filter is not None and not self._filter.matches(payload):

@@ -5,6 +5,10 @@ is deleted once every reader is done with it (its events acked, or filtered, or 
 One that a reader could not process, or that a watcher of the daemon missed (not running at the
 moment), is not deleted: SQS delivers it again once its visibility timeout passes, and the
 readers that stored its events already recognise it by its dedup key.
+
+A reader is described by a :class:`ReaderSpec` (its queue, the poller options, and the step that
+turns a message into its payload) and the session counts what it does for the reader in a
+:class:`ReaderStats`: it never sees the trigger itself.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import json
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import structlog
 from aiobotocore.config import AioConfig
@@ -27,10 +32,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from triggerer.connections import get_connection
 from triggerer.triggers import TriggerEvent
-from watchers.sqs_address import parse_queue
-
-if TYPE_CHECKING:
-    from watchers.sqs import SqsTrigger
+from watchers.sqs_address import SqsQueue, parse_queue
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +82,67 @@ def current() -> Pollers | None:
     return _POLLERS.get()
 
 
+#: A reader's payload and partition key of a message; ``None`` when the reader filters it out.
+Prepared = tuple[Any, str | None] | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class ReaderSpec:
+    """What a session needs of one reader (an SqsTrigger): the queue and how to poll it, and how
+    the reader turns a message into an event."""
+
+    queue: SqsQueue
+    #: The named connection with the credentials (and maybe region and endpoint), if any.
+    connection: str | None
+    #: Tells the reader from the other readers of the queue; an instance with the same key
+    #: takes the place of one the daemon gave up on.
+    key: str
+    #: The reader's step from a received message to its payload and partition key (``None``:
+    #: filtered out). It may raise: the message is then retried, and dead-lettered at last.
+    prepare: Callable[[dict[str, Any]], Prepared]
+    #: One event per receive (its messages' payloads under ``message_batch``) per partition key.
+    batch: bool
+    # The poller options (POLLER_OPTIONS): the first reader's are the session's.
+    wait_time_s: int
+    max_messages: int
+    receivers: int
+    visibility_timeout_s: int | None
+    dead_letter_queue: str | None
+    max_receives: int
+
+    @property
+    def queue_key(self) -> str:
+        """The queue however it is spelled (URL, name, ``sqs://``), with the connection read by:
+        readers with one queue key share a session."""
+        queue = self.queue
+        return json.dumps([queue.name, queue.region_name, queue.endpoint_url, self.connection])
+
+
+@dataclasses.dataclass(eq=False)
+class ReaderStats:
+    """What a session did for one reader, written by the session and read by its trigger:
+    messages received, events handed over, messages filtered out, failing, dead-lettered and
+    deleted (those the reader shares with others count for each), and the queue's lag."""
+
+    received: int = 0
+    events: int = 0
+    filtered: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    deleted: int = 0
+    #: The queue's ApproximateNumberOfMessages: read when the session opens and every
+    #: ``LAG_INTERVAL_S``, and 0 when a long poll comes back empty; ``None`` while unknown.
+    lag: int | None = None
+    #: When the queue last answered a receive, an empty one included.
+    last_poll_at: datetime | None = None
+
+
+class HasReaderSpec(Protocol):
+    """A reader of a queue as :meth:`Pollers.keep` takes it (an SqsTrigger)."""
+
+    def reader_spec(self) -> ReaderSpec: ...
+
+
 class Pollers:
     """The daemon's SQS sessions, one per queue (and connection), and the watchers it expects
     to read each: a message is deleted only once each of them is done with it."""
@@ -88,46 +151,38 @@ class Pollers:
         self._sessions: dict[str, _SqsSession] = {}
         self._expected: dict[str, set[str]] = {}
 
-    def keep(self, triggers: Iterable[SqsTrigger]) -> None:
-        """The SqsTriggers the daemon runs now."""
+    def keep(self, readers: Iterable[HasReaderSpec]) -> None:
+        """The readers (SqsTriggers) the daemon runs now."""
         expected: dict[str, set[str]] = {}
-        for trigger in triggers:
-            expected.setdefault(_queue_key(trigger), set()).add(_reader_key(trigger))
+        for reader in readers:
+            spec = reader.reader_spec()
+            expected.setdefault(spec.queue_key, set()).add(spec.key)
         self._expected = expected
 
-    async def join(self, trigger: SqsTrigger) -> tuple[_SqsSession, _Reader]:
-        key = _queue_key(trigger)
+    async def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
+        """Read the queue of ``spec`` through its session (opened by its first reader), counting
+        in ``stats``."""
+        key = spec.queue_key
         session = self._sessions.get(key)
         if session is not None and not session.closed:
-            return session, session.join(trigger)
+            return session.join(spec, stats)
         session = self._sessions[key] = _SqsSession(
-            trigger, expected=lambda: self._expected.get(key, set())
+            spec, stats, expected=lambda: self._expected.get(key, set())
         )
-        reader = session.join(trigger)
+        reader = session.join(spec, stats)
         await session.open()
-        return session, reader
-
-
-def _queue_key(trigger: SqsTrigger) -> str:
-    """The queue however it is spelled (URL, name, ``sqs://``), with the connection read by."""
-    location = trigger.location
-    connection = trigger.serialize()[1]["connection"]
-    return json.dumps([location.name, location.region_name, location.endpoint_url, connection])
-
-
-def _reader_key(trigger: SqsTrigger) -> str:
-    return json.dumps(trigger.serialize(), sort_keys=True)
+        return reader
 
 
 @dataclasses.dataclass(eq=False)
-class _Reader:
-    """One trigger's end of a session: its events, oldest first, and the messages of the
+class Reader:
+    """One reader's end of a session: its events, oldest first, and the messages of the
     events it has not acked yet."""
 
-    trigger: SqsTrigger
-    key: str
+    session: _SqsSession
+    spec: ReaderSpec
+    stats: ReaderStats
     buffer: int
-    batch: bool
     events: asyncio.Queue[TriggerEvent | _Failure] = dataclasses.field(
         default_factory=asyncio.Queue
     )
@@ -137,6 +192,27 @@ class _Reader:
 
     def __post_init__(self) -> None:
         self.slots = asyncio.Semaphore(self.buffer)
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    async def next_event(self) -> TriggerEvent:
+        """The reader's next event; raises what stopped the session."""
+        item = await self.events.get()
+        if isinstance(item, _Failure):
+            raise item.error
+        self.slots.release()
+        return item
+
+    def stop_reading(self) -> None:
+        """The reader takes no more events: once no reader does, receiving stops."""
+        self.session.stop_reading(self)
+
+    async def leave(self) -> None:
+        """The reader stopped. Messages of its events not yet acked reappear for it; the last
+        reader to leave closes the session."""
+        await self.session.leave(self)
 
 
 @dataclasses.dataclass(eq=False)
@@ -164,27 +240,32 @@ class _SqsSession:
     """The client, receive loops and background tasks of one queue, for its readers."""
 
     def __init__(
-        self, trigger: SqsTrigger, *, expected: Callable[[], set[str]] = lambda: set()
+        self,
+        spec: ReaderSpec,
+        stats: ReaderStats,
+        *,
+        expected: Callable[[], set[str]] = lambda: set(),
     ) -> None:
-        self._trigger = trigger
+        #: The first reader's: its options are the poller's, and its counts are logged at close.
+        self._spec = spec
+        self._stats = stats
         self._expected = expected
-        self._readers: dict[str, _Reader] = {}
+        self._readers: dict[str, Reader] = {}
         self._joined = asyncio.Event()
-        self._options = trigger.serialize()[1]
-        self._name = trigger.location.name
+        self._name = spec.queue.name
         self._log = log.bind(queue=self._name)
         self._exit_stack = contextlib.AsyncExitStack()
         self._client: Any = None
         self._queue_url = ""
         self._dead_letter_url: str | None = None
         self._visibility_timeout_s = 30
-        self._max_receives: int = self._options["max_receives"]
+        self._max_receives = spec.max_receives
         self._in_flight: dict[str, _InFlight] = {}
         self._in_flight_added = asyncio.Event()
         self._pending_deletes: list[_InFlight] = []
         self._deletes_ready = asyncio.Event()
         self._deletes_full = asyncio.Event()
-        self._delete_concurrency = max(2, self._options["receivers"])
+        self._delete_concurrency = max(2, spec.receivers)
         self._delete_slots = asyncio.Semaphore(self._delete_concurrency)
         self._delete_tasks: set[asyncio.Task[None]] = set()
         self._receivers: list[asyncio.Task[None]] = []
@@ -196,28 +277,25 @@ class _SqsSession:
     def closed(self) -> bool:
         return self._closed
 
-    def join(self, trigger: SqsTrigger) -> _Reader:
-        """Hand ``trigger`` every message received from now on."""
-        key = _reader_key(trigger)
-        options = trigger.serialize()[1]
-        differing = [n for n in POLLER_OPTIONS if options[n] != self._options[n]]
+    def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
+        """Hand the reader of ``spec`` every message received from now on."""
+        differing = [n for n in POLLER_OPTIONS if getattr(spec, n) != getattr(self._spec, n)]
         if differing:
             self._log.warning(
                 "sqs_poller_options_ignored",
                 options=differing,
                 why="watchers of one queue share its poller, set up by the first of them",
             )
-        old = self._readers.get(key)
+        old = self._readers.get(spec.key)
         if old is not None:  # an instance the daemon gave up on: the new one takes its place
             self._drop(old)
-        buffer = self._options["receivers"] * (1 if options["batch"] else MAX_MESSAGES)
-        reader = self._readers[key] = _Reader(trigger, key, buffer, options["batch"])
+        buffer = self._spec.receivers * (1 if spec.batch else MAX_MESSAGES)
+        reader = self._readers[spec.key] = Reader(self, spec, stats, buffer)
         self._joined.set()
         return reader
 
-    async def leave(self, reader: _Reader) -> None:
-        """The reader stopped. Messages of its events not yet acked reappear for it; the last
-        reader to leave closes the session."""
+    async def leave(self, reader: Reader) -> None:
+        """See :meth:`Reader.leave`."""
         if self._readers.get(reader.key) is not reader:
             return
         reader.reading = False
@@ -227,7 +305,7 @@ class _SqsSession:
             return
         self._drop(reader)
 
-    def _drop(self, reader: _Reader) -> None:
+    def _drop(self, reader: Reader) -> None:
         """Stop handing ``reader`` messages; those of its events not yet acked reappear."""
         del self._readers[reader.key]
         reader.reading = False
@@ -240,8 +318,8 @@ class _SqsSession:
                 entry.redeliver = True
                 self._settle(entry)
 
-    def stop_reading(self, reader: _Reader) -> None:
-        """The reader takes no more events: once no reader does, receiving stops."""
+    def stop_reading(self, reader: Reader) -> None:
+        """See :meth:`Reader.stop_reading`."""
         reader.reading = False
         if not any(r.reading for r in self._readers.values()):
             self.stop_receiving()
@@ -263,7 +341,7 @@ class _SqsSession:
         ]
         self._receivers = [
             self._spawn(self._receive_loop(), f"sqs-receive-{number}")
-            for number in range(self._options["receivers"])
+            for number in range(self._spec.receivers)
         ]
         self._log.info(
             "sqs_watcher_started",
@@ -275,15 +353,15 @@ class _SqsSession:
         )
 
     async def _connect(self) -> None:
-        location = self._trigger.location
-        connection = self._options["connection"]
+        location = self._spec.queue
+        connection = self._spec.connection
         settings = {} if connection is None else get_connection(connection)
         credentials = {key: settings[key] for key in _CREDENTIAL_KEYS if key in settings}
         region = location.region_name or settings.get("region_name")
         endpoint = location.endpoint_url or settings.get("endpoint_url")
         config = AioConfig(
-            max_pool_connections=self._options["receivers"] + self._delete_concurrency + 2,
-            read_timeout=self._options["wait_time_s"] + 30,
+            max_pool_connections=self._spec.receivers + self._delete_concurrency + 2,
+            read_timeout=self._spec.wait_time_s + 30,
             retries={"mode": "standard"},
         )
         self._client = await self._exit_stack.enter_async_context(
@@ -306,9 +384,7 @@ class _SqsSession:
         self._set_lag(int(attributes.get("ApproximateNumberOfMessages", 0)))
         # A queue may say 0 (visible at once); holding a message needs some time.
         self._visibility_timeout_s = (
-            self._options["visibility_timeout_s"]
-            or int(attributes.get("VisibilityTimeout", 0))
-            or 30
+            self._spec.visibility_timeout_s or int(attributes.get("VisibilityTimeout", 0)) or 30
         )
         await self._resolve_dead_letter_queue(attributes.get("RedrivePolicy"))
 
@@ -336,8 +412,8 @@ class _SqsSession:
 
     async def _resolve_dead_letter_queue(self, redrive_policy: str | None) -> None:
         """Use ``dead_letter_queue``, else the queue's redrive target (capping ``max_receives``)."""
-        if self._options["dead_letter_queue"] is not None:
-            target = parse_queue(self._options["dead_letter_queue"])
+        if self._spec.dead_letter_queue is not None:
+            target = parse_queue(self._spec.dead_letter_queue)
             self._dead_letter_url = target.url or await self._queue_url_of(target.name)
             return
         if redrive_policy is None:
@@ -355,21 +431,15 @@ class _SqsSession:
             )
             self._max_receives = redrive_receives
 
-    async def next_event(self, reader: _Reader) -> TriggerEvent:
-        item = await reader.events.get()
-        if isinstance(item, _Failure):
-            raise item.error
-        reader.slots.release()
-        return item
-
     def _set_lag(self, lag: int) -> None:
         for reader in self._readers.values():
-            reader.trigger._lag = lag
+            reader.stats.lag = lag
 
     def _polled(self) -> None:
         """The queue answered a receive (a long poll that found nothing included)."""
+        now = datetime.now(UTC)
         for reader in self._readers.values():
-            reader.trigger.polled()
+            reader.stats.last_poll_at = now
 
     def stop_receiving(self) -> None:
         for task in self._receivers:
@@ -397,15 +467,15 @@ class _SqsSession:
         finally:
             await _cancel_and_wait([extend_loop, *self._delete_tasks])
             await self._exit_stack.aclose()
-        trigger = self._trigger
+        stats = self._stats
         self._log.info(
             "sqs_watcher_stopped",
-            received=trigger.received,
-            events=trigger.events,
-            filtered=trigger.filtered,
-            failed=trigger.failed,
-            dead_lettered=trigger.dead_lettered,
-            deleted=trigger.deleted,
+            received=stats.received,
+            events=stats.events,
+            filtered=stats.filtered,
+            failed=stats.failed,
+            dead_lettered=stats.dead_lettered,
+            deleted=stats.deleted,
         )
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -461,8 +531,8 @@ class _SqsSession:
     async def _receive_loop(self) -> None:
         arguments: dict[str, Any] = {
             "QueueUrl": self._queue_url,
-            "MaxNumberOfMessages": self._options["max_messages"],
-            "WaitTimeSeconds": self._options["wait_time_s"],
+            "MaxNumberOfMessages": self._spec.max_messages,
+            "WaitTimeSeconds": self._spec.wait_time_s,
             "MessageSystemAttributeNames": ["All"],
             "MessageAttributeNames": ["All"],
             "VisibilityTimeout": self._visibility_timeout_s,
@@ -496,11 +566,11 @@ class _SqsSession:
                     await self._joined.wait()
 
     async def _hand(
-        self, reader: _Reader, messages: list[dict[str, Any]], held: list[_InFlight]
+        self, reader: Reader, messages: list[dict[str, Any]], held: list[_InFlight]
     ) -> None:
-        reader.trigger.received += len(messages)
+        reader.stats.received += len(messages)
         for event, token, entries in await self._events_of(reader, messages, held):
-            reader.trigger.events += 1
+            reader.stats.events += 1
             await reader.slots.acquire()
             if self._readers.get(reader.key) is not reader:
                 for entry in entries:
@@ -529,26 +599,25 @@ class _SqsSession:
         return entry
 
     async def _events_of(
-        self, reader: _Reader, messages: list[dict[str, Any]], held: list[_InFlight]
+        self, reader: Reader, messages: list[dict[str, Any]], held: list[_InFlight]
     ) -> list[tuple[TriggerEvent, object, list[_InFlight]]]:
         """The reader's events of the messages that pass, with their ack tokens and messages;
         filtered and failing messages are done for this reader."""
-        trigger = reader.trigger
         kept: list[tuple[Any, str | None, _InFlight]] = []
         for message, entry in zip(messages, held, strict=True):
             try:
-                prepared = trigger._prepare(message)
+                prepared = reader.spec.prepare(message)
             # A user's transform may raise anything: a bad message must not stop the watcher;
             # it is retried, then dead-lettered with the reason.
             except Exception as error:  # noqa: BLE001
-                await self._failed(trigger, message, entry, error)
+                await self._failed(reader.stats, message, entry, error)
                 continue
             if prepared is None:
-                trigger.filtered += 1
+                reader.stats.filtered += 1
                 continue
             payload, partition_key = prepared
             kept.append((payload, partition_key, entry))
-        if not reader.batch:
+        if not reader.spec.batch:
             return [self._event(reader, payload, key, [entry]) for payload, key, entry in kept]
         groups: dict[str | None, list[tuple[Any, _InFlight]]] = {}
         for payload, key, entry in kept:
@@ -564,7 +633,7 @@ class _SqsSession:
         ]
 
     def _event(
-        self, reader: _Reader, payload: Any, partition_key: str | None, entries: list[_InFlight]
+        self, reader: Reader, payload: Any, partition_key: str | None, entries: list[_InFlight]
     ) -> tuple[TriggerEvent, object, list[_InFlight]]:
         ids = ",".join(entry.message_id for entry in entries)
         token = object()
@@ -577,7 +646,7 @@ class _SqsSession:
         )
         return event, token, entries
 
-    def _ack(self, reader: _Reader, token: object, entries: list[_InFlight]) -> None:
+    def _ack(self, reader: Reader, token: object, entries: list[_InFlight]) -> None:
         if self._closed:
             # The messages were made visible again at cleanup: redelivered, then deduplicated.
             self._log.warning("sqs_ack_after_cleanup", message_ids=[e.message_id for e in entries])
@@ -596,10 +665,10 @@ class _SqsSession:
             self._deletes_full.set()
 
     async def _failed(
-        self, trigger: SqsTrigger, message: dict[str, Any], entry: _InFlight, error: Exception
+        self, stats: ReaderStats, message: dict[str, Any], entry: _InFlight, error: Exception
     ) -> None:
         """Leave a failing message for redelivery, or dead-letter it after ``max_receives``."""
-        trigger.failed += 1
+        stats.failed += 1
         reason = f"{type(error).__name__}: {error}"[:_MAX_REASON_CHARS]
         receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
         if receives < self._max_receives:
@@ -634,7 +703,7 @@ class _SqsSession:
             )
             entry.redeliver = True
             return
-        trigger.dead_lettered += 1
+        stats.dead_lettered += 1
         self._log.error(
             "sqs_message_dead_lettered",
             message_id=entry.message_id,
@@ -714,7 +783,7 @@ class _SqsSession:
                 retry.append(entry)
         done = len(batch) - len(retry)
         for reader in self._readers.values():
-            reader.trigger.deleted += len(response.get("Successful", []))
+            reader.stats.deleted += len(response.get("Successful", []))
         for entry in batch:
             if entry not in retry:
                 self._in_flight.pop(entry.receipt_handle, None)

@@ -19,7 +19,6 @@ from watchers.producers import send_sqs
 from watchers.sqs_session import (
     DEAD_LETTER_REASON_ATTRIBUTE,
     DEAD_LETTER_SOURCE_ATTRIBUTE,
-    _queue_key,
     _SqsSession,
 )
 
@@ -414,6 +413,10 @@ async def test_lag_is_the_queue_backlog(
             await event.ack()
         await until(lambda: trigger.lag == 0)
     assert trigger.lag is None
+
+
+def _queue_key(trigger: SqsTrigger) -> str:
+    return trigger.reader_spec().queue_key
 
 
 def test_one_queue_has_one_poller_however_it_is_spelled() -> None:
