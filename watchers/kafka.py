@@ -224,6 +224,17 @@ class KafkaTrigger(BaseEventTrigger):
             **self._security_options(),
         }
 
+    def reader_spec(self) -> kafka_fetcher.ReaderSpec:
+        """What the daemon's shared fetcher needs of this trigger."""
+        return kafka_fetcher.ReaderSpec(
+            topics=frozenset(self.topics),
+            place=self.consumer_group,
+            max_in_flight=self.max_in_flight,
+            shared_key=kafka_fetcher.shared_key(self.serialize()[1]),
+            consumer_settings=self.consumer_settings(),
+            commit_interval_ms=self.commit_interval_ms,
+        )
+
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's consumer, when the daemon restarts this trigger
         apply = None
@@ -232,7 +243,7 @@ class KafkaTrigger(BaseEventTrigger):
         payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
         fetchers = kafka_fetcher.current()
         if self.shared_fetch and fetchers is not None:
-            self._reader = await fetchers.join(self)
+            self._reader = await fetchers.join(self.reader_spec())
             async for shared in self._run_shared(self._reader, apply, payload_filter):
                 yield shared
             return

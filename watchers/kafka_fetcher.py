@@ -8,6 +8,9 @@ committed only up to where every trigger reading it has acknowledged its events.
 A trigger that stops (it failed and is restarted, or its options were edited) leaves its place
 behind, keyed by its own ``group_id``: the commit waits for it, and the trigger that takes the
 place up resumes there. :meth:`Fetchers.keep` forgets the places of watchers that are gone.
+
+A reader is described by a :class:`ReaderSpec` (its topics, place, backpressure and consumer
+settings); the fetcher never sees the trigger itself.
 """
 
 from __future__ import annotations
@@ -39,8 +42,6 @@ from watchers.kafka_client import (
 
 if TYPE_CHECKING:
     from datetime import datetime
-
-    from watchers.kafka import KafkaTrigger
 
 log = structlog.get_logger(__name__)
 
@@ -92,7 +93,28 @@ def shared_key(options: Mapping[str, Any]) -> str:
 
 def shared_group_id(prefix: str, options: Mapping[str, Any]) -> str:
     """The consumer group of the shared consumer a KafkaTrigger with ``options`` reads through."""
-    return f"{prefix}-{hashlib.sha256(shared_key(options).encode()).hexdigest()[:12]}"
+    return _group_id(prefix, shared_key(options))
+
+
+def _group_id(prefix: str, key: str) -> str:
+    return f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class ReaderSpec:
+    """What a shared fetcher needs of one reader (a KafkaTrigger)."""
+
+    topics: frozenset[str]
+    #: The reader's place in the shared consumer group (the trigger's ``consumer_group``): a
+    #: reader that takes a place up resumes where the one before left it.
+    place: str
+    #: Messages handed to the reader and not yet done before the fetch pauses (backpressure).
+    max_in_flight: int
+    #: Which shared consumer the reader reads through: :func:`shared_key` of its options.
+    shared_key: str
+    #: The options of that consumer (aiokafka's), but its group and topics.
+    consumer_settings: Mapping[str, Any]
+    commit_interval_ms: int
 
 
 class Fetchers:
@@ -107,20 +129,19 @@ class Fetchers:
     def __iter__(self) -> Iterator[SharedFetcher]:
         return iter(list(self._fetchers.values()))
 
-    async def join(self, trigger: KafkaTrigger) -> Reader:
-        """Start reading ``trigger.topics`` for ``trigger``, where its place was left if any."""
-        options = trigger.serialize()[1]
-        key = shared_key(options)
+    async def join(self, spec: ReaderSpec) -> Reader:
+        """Start reading ``spec.topics`` for its reader, where its place was left if any."""
+        key = spec.shared_key
         fetcher = self._fetchers.get(key)
         if fetcher is None or fetcher.failed or fetcher.closing:
             fetcher = SharedFetcher(
-                trigger.consumer_settings(),
-                group_id=shared_group_id(self._prefix, options),
-                commit_interval_s=trigger.commit_interval_ms / 1000,
+                dict(spec.consumer_settings),
+                group_id=_group_id(self._prefix, key),
+                commit_interval_s=spec.commit_interval_ms / 1000,
                 keeps=self.keeps,
             )
             self._fetchers[key] = fetcher
-        return await fetcher.join(trigger)
+        return await fetcher.join(spec)
 
     def keep(self, places: set[str]) -> None:
         """Keep only the places of these watchers (by ``group_id``): a watcher not among them
@@ -164,11 +185,11 @@ class Cursor:
 class Reader:
     """A trigger's end of a shared fetcher: the messages handed to it, oldest first."""
 
-    def __init__(self, fetcher: SharedFetcher, trigger: KafkaTrigger) -> None:
+    def __init__(self, fetcher: SharedFetcher, spec: ReaderSpec) -> None:
         self.fetcher = fetcher
-        self.trigger = trigger
-        self.place = trigger.consumer_group
-        self.topics = frozenset(trigger.topics)
+        self.spec = spec
+        self.place = spec.place
+        self.topics = spec.topics
         self.cursors: dict[TopicPartition, Cursor] = {}
         self.messages: deque[tuple[Record, Cursor]] = deque()
         self.in_flight = 0  # handed over and not yet done
@@ -202,7 +223,7 @@ class Reader:
         cursor.done(offset)
         self.in_flight -= 1
         # Room again: a fetch loop waiting for this reader goes on.
-        self.fetcher.progressed(room=self.in_flight == self.trigger.max_in_flight - 1)
+        self.fetcher.progressed(room=self.in_flight == self.spec.max_in_flight - 1)
 
     def drop(self, cursors: list[Cursor]) -> None:
         """Forget ``cursors``: their messages not yet taken are dropped, their acks do nothing."""
@@ -277,8 +298,8 @@ class SharedFetcher:
         if self._failure is not None:
             raise self._failure
 
-    async def join(self, trigger: KafkaTrigger) -> Reader:
-        reader = Reader(self, trigger)
+    async def join(self, spec: ReaderSpec) -> Reader:
+        reader = Reader(self, spec)
         old = self._readers.pop(reader.place, None)
         if old is not None:  # an instance the daemon gave up on: its place moves to the new one
             self._leave(old)
@@ -444,7 +465,7 @@ class SharedFetcher:
         """How many messages every reader can still take (backpressure: the fullest reader
         holds the fetch, as a consumer of its own would hold its own)."""
         return min(
-            (r.trigger.max_in_flight - r.in_flight for r in self._readers.values()),
+            (r.spec.max_in_flight - r.in_flight for r in self._readers.values()),
             default=_MAX_RECORDS,
         )
 

@@ -174,7 +174,7 @@ async def test_what_stops_the_shared_consumer_reaches_its_readers_and_a_new_one_
         assert failed.failed
 
         lenient = watcher(kafka_broker, kafka_topic, "strict", auto_offset_reset="none")
-        reader = await fetchers.join(lenient)
+        reader = await fetchers.join(lenient.reader_spec())
         try:
             assert reader.fetcher is not failed  # a failed consumer is replaced, not reused
         finally:
