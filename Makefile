@@ -13,9 +13,9 @@ $(INSTALLED): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# The web UI is plain ES modules served from triggerer/api/static/; its two libraries come from
+# The web UI is plain ES modules served from triggerer/service/api/static/; its two libraries come from
 # npm (pinned by ui/package-lock.json) and are copied next to it, so a built wheel needs no Node.
-UI_VENDOR := triggerer/api/static/vendor
+UI_VENDOR := triggerer/service/api/static/vendor
 UI_BUILT := $(UI_VENDOR)/.built
 
 $(UI_BUILT): ui/package.json ui/package-lock.json

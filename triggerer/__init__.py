@@ -47,9 +47,9 @@ __all__ = (
 )
 
 # The module defining each name, imported when the name is first asked for (PEP 562): the
-# service's own modules (``triggerer.cli``, ``triggerer.store``) are in this package too, and
-# importing one of them should not import the SDK, its plugins' entry points, pluggy and
-# structlog with it.
+# service's own modules (``triggerer.service.cli``, ``triggerer.service.store``) are in this
+# package too, and importing one of them should not import the SDK, its plugins' entry points,
+# pluggy and structlog with it.
 _HOMES = {
     "triggerer.assets": ("Asset", "AssetAlias", "AssetAll", "AssetAny", "AssetWatcher"),
     "triggerer.context": ("AssetEvent", "RunContext"),

@@ -3,7 +3,7 @@
 Plugins come from the entry-point group ``triggerer.listeners`` and from ``[listeners] plugins``
 (dotted paths of modules or objects carrying ``@hookimpl`` functions). Hooks are called after the
 commit of what they report, never inside its transaction; the daemon calls them in a process of
-their own (see :mod:`triggerer.daemon.notifier`), so a slow listener does not slow ingest. A
+their own (see :mod:`triggerer.service.daemon.notifier`), so a slow listener does not slow ingest. A
 listener that raises is logged and counted; the event is still stored and its consumers still
 queued.
 """

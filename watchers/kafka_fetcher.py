@@ -81,7 +81,7 @@ def current() -> Fetchers | None:
 
 def group_prefix(deployment: str) -> str:
     """The start of the shared consumer groups of a deployment (its metadata database's
-    :func:`triggerer.store.engine.deployment_id`): instances of one deployment share their
+    :func:`triggerer.service.store.engine.deployment_id`): instances of one deployment share their
     groups, and so split partitions; other deployments do not."""
     return f"triggerer-shared-{deployment}"
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402 - after sys.path
 
 from deploy.local.services import DUMMY_AWS_ENV, moto, tansu  # noqa: E402
-from triggerer.config import load_settings  # noqa: E402
+from triggerer.service.config import load_settings  # noqa: E402
 from watchers.producers import send_kafka, send_sqs  # noqa: E402
 
 STATE = ROOT / "var" / "demo"

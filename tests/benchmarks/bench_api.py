@@ -41,12 +41,12 @@ from fastapi import FastAPI
 from deploy.local.services import free_port
 from tests.benchmarks.bench_daemon import DEFAULT_PG_URL, database
 from tests.benchmarks.report import publish
-from triggerer.api.schemas import NewAssetEvent  # noqa: TC001  # FastAPI reads it at runtime
-from triggerer.config import LoggingSettings, Settings
-from triggerer.daemon.service import serve
-from triggerer.events import NewEvent, record_events
-from triggerer.logs import configure_logging
-from triggerer.store import create_engine, models, session_factory, upgrade
+from triggerer.service.api.schemas import NewAssetEvent  # noqa: TC001  # FastAPI reads it at runtime
+from triggerer.service.config import LoggingSettings, Settings
+from triggerer.service.daemon.service import serve
+from triggerer.service.events import NewEvent, record_events
+from triggerer.service.logs import configure_logging
+from triggerer.service.store import create_engine, models, session_factory, upgrade
 
 PIPELINES = """
 import time
@@ -135,8 +135,8 @@ async def api_throughput(base_url: str, count: int) -> float:
 async def raw_throughput(database_url: str, workdir: Path, count: int) -> float:
     """``record_events`` of one event per transaction from 8 tasks, on a migrated database
     with the same pipelines synced."""
-    from triggerer.daemon.registry import sync_definitions
-    from triggerer.loader import load_pipelines
+    from triggerer.service.daemon.registry import sync_definitions
+    from triggerer.service.loader import load_pipelines
 
     await upgrade(database_url)
     engine = create_engine(database_url)

@@ -38,7 +38,7 @@ from tests.benchmarks.report import publish
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 GOALS_S = {"help": 0.3, "list": 0.6}
-LAUNCH = "import sys; from triggerer.cli import main; sys.exit(main(sys.argv[1:]))"
+LAUNCH = "import sys; from triggerer.service.cli import main; sys.exit(main(sys.argv[1:]))"
 """What the ``triggerer`` console script runs; with ``PYTHONPATH`` it runs another version."""
 COMMANDS = {
     "help": ["--help"],
@@ -61,7 +61,7 @@ HEAVY = (
     "alembic",
     "httpx",
     "prometheus_client",
-    "triggerer.daemon",
+    "triggerer.service.daemon",
     "watchers",
 )
 """Modules a list verb has no use for."""
@@ -89,10 +89,10 @@ RUNS = 20
 async def fill(database_url: str, folder: str) -> None:
     """A store as a small deployment has it: three pipelines, events with payloads, runs.
     Run with the version measured first on ``sys.path``, which migrates it to its own head."""
-    from triggerer import actions
-    from triggerer.daemon.registry import sync_definitions
-    from triggerer.loader import load_pipelines
-    from triggerer.store import create_engine, session_factory, upgrade
+    from triggerer.service import actions
+    from triggerer.service.daemon.registry import sync_definitions
+    from triggerer.service.loader import load_pipelines
+    from triggerer.service.store import create_engine, session_factory, upgrade
 
     await upgrade(database_url)
     engine = create_engine(database_url)

@@ -108,15 +108,15 @@ from tests.benchmarks.daemon_probe import (
 )
 from tests.benchmarks.report import publish
 from tests.e2e.daemon import stat_fields, write_pipelines
-from triggerer.config import LoggingSettings, Settings
-from triggerer.daemon.registry import sync_definitions
-from triggerer.daemon.scheduler import Scheduler
-from triggerer.events import NewEvent, record_events
-from triggerer.loader import load_pipelines
-from triggerer.logs import configure_logging
-from triggerer.store import create_engine, models, session_factory, upgrade
-from triggerer.store.models import EventSource
-from triggerer.store.types import utcnow
+from triggerer.service.config import LoggingSettings, Settings
+from triggerer.service.daemon.registry import sync_definitions
+from triggerer.service.daemon.scheduler import Scheduler
+from triggerer.service.events import NewEvent, record_events
+from triggerer.service.loader import load_pipelines
+from triggerer.service.logs import configure_logging
+from triggerer.service.store import create_engine, models, session_factory, upgrade
+from triggerer.service.store.models import EventSource
+from triggerer.service.store.types import utcnow
 from watchers.kafka import KafkaTrigger
 
 PARTS = (

@@ -52,8 +52,8 @@ from tests.benchmarks.bench_daemon import (
 from tests.benchmarks.daemon_probe import Probe, daemon
 from tests.benchmarks.report import publish
 from tests.e2e.daemon import write_pipelines
-from triggerer.config import LoggingSettings, Settings
-from triggerer.logs import configure_logging
+from triggerer.service.config import LoggingSettings, Settings
+from triggerer.service.logs import configure_logging
 
 BACKENDS = ("sqlite", "postgresql")
 VARIANTS = ("none", "sleep_1ms")

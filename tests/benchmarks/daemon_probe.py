@@ -19,13 +19,13 @@ from unittest import mock
 
 import anyio
 
-import triggerer.daemon.service as service_module
+import triggerer.service.daemon.service as service_module
 from tests.e2e.daemon import running_daemon
-from triggerer.daemon.service import Service
+from triggerer.service.daemon.service import Service
 from watchers.kafka import KafkaTrigger
 
 if TYPE_CHECKING:
-    from triggerer.config import Settings
+    from triggerer.service.config import Settings
 
 
 class Commit(NamedTuple):

@@ -19,9 +19,9 @@ from aiokafka import AIOKafkaProducer
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from triggerer.config import Settings
-from triggerer.daemon.service import serve
-from triggerer.store import create_engine, models, session_factory
+from triggerer.service.config import Settings
+from triggerer.service.daemon.service import serve
+from triggerer.service.store import create_engine, models, session_factory
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ import anyio
 from sqlalchemy import func, select
 
 from tests.e2e.daemon import ORDERS, consumed_by, event_count, settled, triggerer_cli
-from triggerer.store import models
+from triggerer.service.store import models
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

@@ -22,7 +22,7 @@ from tests.e2e.daemon import (
 
 if TYPE_CHECKING:
     from tests.e2e.daemon import Deployment
-    from triggerer.store import models
+    from triggerer.service.store import models
 
 
 def by_pipeline(all_runs: list) -> dict[str, list[str]]:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from tests.e2e.daemon import DaemonProcess
-    from triggerer.store import models
+    from triggerer.service.store import models
 
 NO_SPARK = "sc://127.0.0.1:1"  # no pipeline runs in these tests
 
@@ -322,7 +322,7 @@ BUG = """
     import anyio
 
     from triggerer import Asset, AssetWatcher, BaseEventTrigger
-    from triggerer.daemon import supervisor
+    from triggerer.service.daemon import supervisor
 
     async def lease_with_a_bug(self, *args):
         raise RuntimeError("a bug in the daemon")

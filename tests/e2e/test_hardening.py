@@ -16,7 +16,7 @@ from tests.e2e.daemon import (
     trigger_rows,
     triggerer_cli,
 )
-from triggerer.store import models
+from triggerer.service.store import models
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

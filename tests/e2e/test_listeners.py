@@ -26,7 +26,7 @@ from tests.e2e.daemon import (
     runs,
     triggerer_cli,
 )
-from triggerer.config import ApiSettings, ListenersSettings
+from triggerer.service.config import ApiSettings, ListenersSettings
 
 if TYPE_CHECKING:
     from tests.e2e.conftest import MakeDeployment

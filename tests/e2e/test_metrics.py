@@ -24,7 +24,7 @@ from tests.e2e.daemon import (
     trigger_rows,
     write_pipelines,
 )
-from triggerer.daemon.watchdog import INTERVAL_S
+from triggerer.service.daemon.watchdog import INTERVAL_S
 
 if TYPE_CHECKING:
     from tests.e2e.conftest import MakeDeployment

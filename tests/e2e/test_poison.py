@@ -23,7 +23,7 @@ from tests.e2e.daemon import (
     wait_for,
     write_pipelines,
 )
-from triggerer.store.models import ID_LENGTH
+from triggerer.service.store.models import ID_LENGTH
 
 if TYPE_CHECKING:
     from tests.fixtures.brokers import MakeTopic

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from triggerer.store import models
+    from triggerer.service.store import models
 
 PIPELINES = """
     from triggerer import Asset, PartitionedAssetTimetable, ToDaily, pipeline

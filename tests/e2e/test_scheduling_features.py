@@ -22,7 +22,7 @@ from sqlalchemy.orm import aliased
 
 from tests.e2e.daemon import triggerer_cli, write_pipelines
 from triggerer.schedules import next_tick
-from triggerer.store import models
+from triggerer.service.store import models
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

@@ -20,15 +20,15 @@ import anyio
 import pytest
 import structlog
 
-from triggerer.api.schemas import CreatedEvent
-from triggerer.cli import main
-from triggerer.config import current_settings
-from triggerer.daemon.registry import sync_definitions
-from triggerer.dead_letters import Unstorable, record_dead_letters
-from triggerer.events import NewEvent
-from triggerer.loader import load_pipelines
-from triggerer.store import create_engine, session_factory, upgrade
-from triggerer.store.engine import sqlite_file
+from triggerer.service.api.schemas import CreatedEvent
+from triggerer.service.cli import main
+from triggerer.service.config import current_settings
+from triggerer.service.daemon.registry import sync_definitions
+from triggerer.service.dead_letters import Unstorable, record_dead_letters
+from triggerer.service.events import NewEvent
+from triggerer.service.loader import load_pipelines
+from triggerer.service.store import create_engine, session_factory, upgrade
+from triggerer.service.store.engine import sqlite_file
 
 PIPELINES = """
 from triggerer import Asset, pipeline

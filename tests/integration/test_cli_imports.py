@@ -16,11 +16,11 @@ import anyio
 import pytest
 from alembic.script import ScriptDirectory
 
-from triggerer import actions
-from triggerer.daemon.registry import sync_definitions
-from triggerer.loader import load_pipelines
-from triggerer.store import create_engine, head_revision, session_factory
-from triggerer.store.migrate import alembic_config
+from triggerer.service import actions
+from triggerer.service.daemon.registry import sync_definitions
+from triggerer.service.loader import load_pipelines
+from triggerer.service.store import create_engine, head_revision, session_factory
+from triggerer.service.store.migrate import alembic_config
 
 NOT_FOR_READING = (
     "pyspark",
@@ -36,12 +36,12 @@ NOT_FOR_READING = (
     "prometheus_client",
     "pluggy",
     "watchers",
-    "triggerer.daemon",
-    "triggerer.api",
+    "triggerer.service.daemon",
+    "triggerer.service.api",
     "triggerer.listeners",
 )
 """Modules a verb that reads the store and prints has no use for."""
-NOT_FOR_HELP = (*NOT_FOR_READING, "sqlalchemy", "pydantic", "anyio", "triggerer.config")
+NOT_FOR_HELP = (*NOT_FOR_READING, "sqlalchemy", "pydantic", "anyio", "triggerer.service.config")
 READING_VERBS = (
     ("runs", "list"),
     ("runs", "list", "--json"),
@@ -56,7 +56,7 @@ READING_VERBS = (
 )
 PROBE = """
 import contextlib, json, os, sys
-from triggerer.cli import main
+from triggerer.service.cli import main
 
 imported = {}
 for argv in json.loads(sys.argv[1]):

@@ -1,4 +1,4 @@
-"""``triggerer/lifeline.py``: the process it becomes dies with its parent, even on kill -9."""
+"""``triggerer.service.lifeline``: the process it becomes dies with its parent, even on kill -9."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from triggerer import lifeline
+from triggerer.service import lifeline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
 

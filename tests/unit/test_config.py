@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from triggerer.config import CONFIG_ENV, ConfigError, current_settings, load_settings
 from triggerer.connections import UnknownConnection, get_connection
+from triggerer.service.config import CONFIG_ENV, ConfigError, current_settings, load_settings
 
 
 @pytest.fixture(autouse=True)

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from triggerer.dead_letters import DEDUP_KEY_MAX_BYTES, unstorable
-from triggerer.events import NewEvent
-from triggerer.store.failures import is_outage, is_rejection
-from triggerer.store.models import ID_LENGTH, NAME_LENGTH
+from triggerer.service.dead_letters import DEDUP_KEY_MAX_BYTES, unstorable
+from triggerer.service.events import NewEvent
+from triggerer.service.store.failures import is_outage, is_rejection
+from triggerer.service.store.models import ID_LENGTH, NAME_LENGTH
 
 
 def event(payload: Any = None, **keys: Any) -> NewEvent:

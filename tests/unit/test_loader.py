@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from triggerer import Asset, AssetAlias
-from triggerer.loader import TRACEBACK_FRAMES, LoadError, load_pipelines
+from triggerer.service.loader import TRACEBACK_FRAMES, LoadError, load_pipelines
 
 PIPELINE = """
 from triggerer import Asset, pipeline

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from triggerer.config import LoggingSettings
-from triggerer.logs import configure_logging
+from triggerer.service.config import LoggingSettings
+from triggerer.service.logs import configure_logging
 
 ESCAPE = "\x1b["
 """How every ANSI colour code starts."""

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import REGISTRY
 
-from triggerer import metrics
-from triggerer.daemon.supervisor import WatcherStatus
+from triggerer.service import metrics
+from triggerer.service.daemon.supervisor import WatcherStatus
 
 KAFKA = {"topic": "t", "partition": 0, "offset": 7, "key": None, "value": 1, "headers": {}}
 SQS = {"message_id": "m", "body": "b", "message_attributes": {}}

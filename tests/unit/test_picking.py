@@ -1,14 +1,14 @@
-"""Which queued events a run consumes (triggerer.daemon.picking): pure logic, no store."""
+"""Which queued events a run consumes (triggerer.service.daemon.picking): pure logic, no store."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from triggerer import Asset, AssetAlias, PartitionedAssetTimetable, ToDaily
-from triggerer.daemon.picking import Queued, pick_run
-from triggerer.daemon.registry import Registry
 from triggerer.partitions import PartitionKeyMapper
 from triggerer.pipelines import Pipeline
+from triggerer.service.daemon.picking import Queued, pick_run
+from triggerer.service.daemon.registry import Registry
 
 a, b, c, d = (Asset(name) for name in "abcd")
 IDS = {a: 1, b: 2, c: 3, d: 4}

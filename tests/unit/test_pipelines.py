@@ -20,9 +20,9 @@ from triggerer import (
     ToDaily,
     pipeline,
 )
-from triggerer.daemon.launcher import MAX_RETRY_S, retry_at
 from triggerer.schedules import CronSchedule
-from triggerer.store.types import utcnow
+from triggerer.service.daemon.launcher import MAX_RETRY_S, retry_at
+from triggerer.service.store.types import utcnow
 
 orders, customers, report = Asset("orders"), Asset("customers"), Asset("report")
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from triggerer import lifeline, runner
-from triggerer.config import Settings
-from triggerer.daemon.launcher import _command
-from triggerer.daemon.spark_server import LocalSparkServer
-from triggerer.processes import spark_conf, spark_env
+from triggerer.service import lifeline, runner
+from triggerer.service.config import Settings
+from triggerer.service.daemon.launcher import _command
+from triggerer.service.daemon.spark_server import LocalSparkServer
+from triggerer.service.processes import spark_conf, spark_env
 
 SPEC, RESULT = Path("/runs/spec.json"), Path("/runs/result-1.json")
 
@@ -27,7 +27,7 @@ def test_every_run_starts_tied_to_the_daemon() -> None:
     command = _command(Settings(), SPEC, RESULT, "/spark")
     assert command == [
         *(sys.executable, "-I", lifeline.__file__, str(os.getpid())),
-        *(sys.executable, "-m", "triggerer.runner", str(SPEC), str(RESULT)),
+        *(sys.executable, "-m", "triggerer.service.runner", str(SPEC), str(RESULT)),
     ]
 
 

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from triggerer import BaseEventTrigger, TriggerEvent
-from triggerer.daemon.supervisor import WatcherStatus, _sample_poll
+from triggerer.service.daemon.supervisor import WatcherStatus, _sample_poll
 
 EVENT_AT = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 

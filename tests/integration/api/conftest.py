@@ -11,12 +11,12 @@ import pytest_asyncio
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from triggerer.api import ApiContext, create_app
-from triggerer.config import Settings
-from triggerer.daemon.registry import Registry, sync_definitions
-from triggerer.events import Recorded  # noqa: TC001 - a dataclass field's type, read at run time
-from triggerer.loader import load_pipelines
-from triggerer.store import create_engine, session_factory
+from triggerer.service.api import ApiContext, create_app
+from triggerer.service.config import Settings
+from triggerer.service.daemon.registry import Registry, sync_definitions
+from triggerer.service.events import Recorded  # noqa: TC001 - a dataclass field's type, read at run time
+from triggerer.service.loader import load_pipelines
+from triggerer.service.store import create_engine, session_factory
 
 BASE_URL = "http://api/api/v1"
 TOKEN = "t0ken-for-tests-only"  # noqa: S105 - a token the tests configure

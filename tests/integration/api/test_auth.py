@@ -10,7 +10,7 @@ import structlog
 from fastapi.routing import iter_route_contexts
 
 from tests.integration.api.conftest import SECRET, TOKEN, Api
-from triggerer.api.app import PREFIX
+from triggerer.service.api.app import PREFIX
 
 SAMPLE_PARAMETERS = {"asset_id": "1", "pipeline_id": "matched", "run_id": "r1", "event_id": "1"}
 OPEN = {("GET", "/healthz")}

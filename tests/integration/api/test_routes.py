@@ -11,12 +11,12 @@ import anyio
 import pytest
 from sqlalchemy import update
 
-from triggerer.api import group_commit
-from triggerer.daemon.scheduler import Scheduler
-from triggerer.dead_letters import Unstorable, record_dead_letters
-from triggerer.events import NewEvent
-from triggerer.store import models
-from triggerer.store.types import utcnow
+from triggerer.service.api import group_commit
+from triggerer.service.daemon.scheduler import Scheduler
+from triggerer.service.dead_letters import Unstorable, record_dead_letters
+from triggerer.service.events import NewEvent
+from triggerer.service.store import models
+from triggerer.service.store.types import utcnow
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

@@ -19,10 +19,10 @@ from schemathesis.python import asgi
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from tests.integration.api.conftest import TOKEN, Calls, api_settings, make_context, sync
-from triggerer.api import create_app
-from triggerer.api.app import OPENAPI_PATH
-from triggerer.store import create_engine, models, session_factory
-from triggerer.store.types import utcnow
+from triggerer.service.api import create_app
+from triggerer.service.api.app import OPENAPI_PATH
+from triggerer.service.store import create_engine, models, session_factory
+from triggerer.service.store.types import utcnow
 
 MAX_EXAMPLES = 12
 """Generated requests per operation: a few hundred in all, some seconds a database kind."""

@@ -15,11 +15,11 @@ import pytest
 import structlog
 
 from tests.integration.api.conftest import TOKEN, Calls, make_context
-from triggerer.api import create_app
-from triggerer.api.server import ApiServer
-from triggerer.cli import main
-from triggerer.config import ApiSettings, ConfigError, current_settings
-from triggerer.store import create_engine, session_factory
+from triggerer.service.api import create_app
+from triggerer.service.api.server import ApiServer
+from triggerer.service.cli import main
+from triggerer.service.config import ApiSettings, ConfigError, current_settings
+from triggerer.service.store import create_engine, session_factory
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

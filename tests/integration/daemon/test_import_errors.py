@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING
 import anyio
 from sqlalchemy import func, select
 
-from triggerer import queries
-from triggerer.daemon.registry import sync_definitions, sync_import_errors
-from triggerer.loader import LoadError, load_pipelines
-from triggerer.store import models, session_factory
+from triggerer.service import queries
+from triggerer.service.daemon.registry import sync_definitions, sync_import_errors
+from triggerer.service.loader import LoadError, load_pipelines
+from triggerer.service.store import models, session_factory
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from triggerer.views import ImportErrorRow
+    from triggerer.service.views import ImportErrorRow
 
 GOOD = """\
 from triggerer import Asset, pipeline

@@ -16,15 +16,15 @@ from sqlalchemy import URL, func, make_url, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
-from triggerer.daemon.ingest import Delivery, Ingest
-from triggerer.daemon.registry import WatchedTrigger, sync_definitions
-from triggerer.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
-from triggerer.loader import load_pipelines
-from triggerer.store import models, session_factory
+from triggerer.service.daemon.ingest import Delivery, Ingest
+from triggerer.service.daemon.registry import WatchedTrigger, sync_definitions
+from triggerer.service.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
+from triggerer.service.loader import load_pipelines
+from triggerer.service.store import models, session_factory
 from triggerer.triggers import Ack, TriggerEvent
 
 if TYPE_CHECKING:
-    from triggerer.events import Recorded
+    from triggerer.service.events import Recorded
 
 PIPELINES = """
 from triggerer import Asset, AssetWatcher, pipeline

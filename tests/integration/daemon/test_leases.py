@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from triggerer.daemon.leases import Leases
-from triggerer.store import session_factory
+from triggerer.service.daemon.leases import Leases
+from triggerer.service.store import session_factory
 
 
 async def test_one_owner_at_a_time_and_takeover_after_expiry(migrated_engine: AsyncEngine) -> None:

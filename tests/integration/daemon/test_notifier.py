@@ -20,10 +20,10 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from triggerer import Asset, AssetAlias
-from triggerer.config import LoggingSettings
-from triggerer.daemon.notifier import Notifier
-from triggerer.daemon.registry import DefinitionChanges
-from triggerer.events import Recorded, RecordedEvent
+from triggerer.service.config import LoggingSettings
+from triggerer.service.daemon.notifier import Notifier
+from triggerer.service.daemon.registry import DefinitionChanges
+from triggerer.service.events import Recorded, RecordedEvent
 
 ORDERS = Asset("orders")
 NOW = datetime(2026, 3, 16, tzinfo=UTC)

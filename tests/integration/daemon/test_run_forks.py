@@ -26,13 +26,13 @@ from tests.e2e.daemon import (
     wait_for,
     write_pipelines,
 )
-from triggerer import lifeline
-from triggerer.daemon.run_forks import ForkedRun, ForkerUnavailable, RunForks
-from triggerer.processes import spark_env
-from triggerer.run_spec import RunSpec, SparkSpec
+from triggerer.service import lifeline
+from triggerer.service.daemon.run_forks import ForkedRun, ForkerUnavailable, RunForks
+from triggerer.service.processes import spark_env
+from triggerer.service.run_spec import RunSpec, SparkSpec
 
 if TYPE_CHECKING:
-    from triggerer.store import models
+    from triggerer.service.store import models
 
 # Its import prints the marker of its environment, then waits when asked to: the pipeline the
 # spec names is not there, so a run that goes on fails with the runner's error.
@@ -178,7 +178,9 @@ async def test_a_forker_that_cannot_start_fails_the_run_with_an_error_naming_it(
 ) -> None:
     async with forking(tmp_path) as forks:
         forks.env["PYTHONHOME"] = str(tmp_path / "no-python-here")  # its interpreter cannot start
-        with pytest.raises(ForkerUnavailable, match=r"run forker \(python -m triggerer.run_forker"):
+        with pytest.raises(
+            ForkerUnavailable, match=r"run forker \(python -m triggerer.service.run_forker"
+        ):
             await forks.start()
 
 
@@ -205,4 +207,6 @@ async def test_through_the_daemon_a_forker_that_cannot_start_fails_its_runs_not_
             triggered = await triggerer_cli(env, "pipelines", "trigger", "manual")
             assert triggered.returncode == 0, triggered.stderr
             done = await wait_for(url, runs, lambda rs, n=count: failed(rs) == n)
-    assert all("run forker (python -m triggerer.run_forker) exited" in r.error for r in done)
+    assert all(
+        "run forker (python -m triggerer.service.run_forker) exited" in r.error for r in done
+    )

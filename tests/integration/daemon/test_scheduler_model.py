@@ -39,13 +39,13 @@ from hypothesis.stateful import (
 from sqlalchemy import delete, select, update
 
 from triggerer import Asset, PartitionedAssetTimetable, ToDaily
-from triggerer.daemon.registry import Registry, sync_definitions
-from triggerer.daemon.scheduler import ACTIVE_STATES, Scheduler
-from triggerer.events import NewEvent, record_events
-from triggerer.loader import LoadedPipelines
 from triggerer.pipelines import Pipeline
-from triggerer.store import create_engine, models, session_factory
-from triggerer.store.models import RunState
+from triggerer.service.daemon.registry import Registry, sync_definitions
+from triggerer.service.daemon.scheduler import ACTIVE_STATES, Scheduler
+from triggerer.service.events import NewEvent, record_events
+from triggerer.service.loader import LoadedPipelines
+from triggerer.service.store import create_engine, models, session_factory
+from triggerer.service.store.models import RunState
 
 T = TypeVar("T")
 

@@ -15,9 +15,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.e2e.daemon import alive
-from triggerer.config import SparkSettings
-from triggerer.daemon import spark_server
-from triggerer.daemon.spark_server import LocalSparkServer
+from triggerer.service.config import SparkSettings
+from triggerer.service.daemon import spark_server
+from triggerer.service.daemon.spark_server import LocalSparkServer
 
 LISTENER = """
 import socket, sys, time

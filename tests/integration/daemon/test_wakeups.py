@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from triggerer.daemon.wakeups import listen
-from triggerer.store import create_engine, session_factory
-from triggerer.store.notices import notify_queued, notify_runs, parse_queued
+from triggerer.service.daemon.wakeups import listen
+from triggerer.service.store import create_engine, session_factory
+from triggerer.service.store.notices import notify_queued, notify_runs, parse_queued
 
 postgresql_only = pytest.mark.parametrize("db_backend", ["postgresql"])
 

@@ -10,10 +10,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from triggerer import Asset, AssetAlias
-from triggerer.daemon.registry import DefinitionChanges, sync_definitions
-from triggerer.events import NewEvent, asset_events, origins, record_events
-from triggerer.loader import load_pipelines
-from triggerer.store import models, session_factory
+from triggerer.service.daemon.registry import DefinitionChanges, sync_definitions
+from triggerer.service.events import NewEvent, asset_events, origins, record_events
+from triggerer.service.loader import load_pipelines
+from triggerer.service.store import models, session_factory
 
 PIPELINES = """
     from triggerer import Asset, AssetAlias, AssetWatcher, pipeline

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from triggerer.store import async_url, create_engine
-from triggerer.store import engine as engine_module
-from triggerer.store.engine import deployment_id
-from triggerer.store.models import trigger_key
+from triggerer.service.store import async_url, create_engine
+from triggerer.service.store import engine as engine_module
+from triggerer.service.store.engine import deployment_id
+from triggerer.service.store.models import trigger_key
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,15 @@ from sqlalchemy import Connection, delete, func, insert, inspect, select
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from triggerer.store import create_engine, current_revision, head_revision, session_factory, upgrade
-from triggerer.store.migrate import alembic_config
-from triggerer.store.models import (
+from triggerer.service.store import (
+    create_engine,
+    current_revision,
+    head_revision,
+    session_factory,
+    upgrade,
+)
+from triggerer.service.store.migrate import alembic_config
+from triggerer.service.store.models import (
     NAME_LENGTH,
     Asset,
     AssetEvent,
@@ -94,7 +100,8 @@ async def test_upgrade_twice_is_a_noop(database_url: str) -> None:
 
 
 UPGRADE_IN_A_PROCESS = (
-    "import asyncio, sys; from triggerer.store import upgrade; asyncio.run(upgrade(sys.argv[1]))"
+    "import asyncio, sys; from triggerer.service.store import upgrade; "
+    "asyncio.run(upgrade(sys.argv[1]))"
 )
 
 

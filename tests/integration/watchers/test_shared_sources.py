@@ -23,7 +23,7 @@ from tests.e2e.daemon import (
     write_pipelines,
 )
 from tests.integration.watchers.test_kafka import produce
-from triggerer.store import models
+from triggerer.service.store import models
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

@@ -14,9 +14,9 @@ import anyio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from triggerer.daemon.registry import Registry, sync_definitions
-from triggerer.loader import LoadedPipelines, load_pipelines
-from triggerer.store import models, session_factory
+from triggerer.service.daemon.registry import Registry, sync_definitions
+from triggerer.service.loader import LoadedPipelines, load_pipelines
+from triggerer.service.store import models, session_factory
 
 HEAD = """
 from triggerer import Asset, AssetWatcher

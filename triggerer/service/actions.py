@@ -1,0 +1,175 @@
+"""What the CLI and the REST API change in the store: emit an event, pause a pipeline, clear
+queued events, queue a manual run. The caller commits; what is named must exist
+(:class:`~triggerer.service.queries.NotFound`) and what is given must be usable
+(:class:`~triggerer.service.queries.Refused`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, delete, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from triggerer.service import queries
+from triggerer.service.dead_letters import unstorable
+from triggerer.service.events import NewEvent, Recorded, record_events
+from triggerer.service.queries import NotFound, Refused
+from triggerer.service.store import models
+from triggerer.service.store.notices import notify_queued
+from triggerer.triggers import check_json
+from triggerer.uri import normalize_uri
+
+
+async def find_asset(session: AsyncSession, *, asset_id: int | None, uri: str | None) -> int:
+    """The id of the asset named by its id or its URI (as assets store it: ``s3://b`` is
+    ``s3://b/``)."""
+    found = (await find_assets(session, [(asset_id, uri)]))[0]
+    if isinstance(found, Exception):
+        raise found
+    return found[0]
+
+
+# Built once: the REST API runs it for every batch of events posted.
+_ASSETS_BY_ID_OR_URI = (
+    select(models.Asset.id, models.Asset.uri)
+    .where(
+        or_(
+            models.Asset.id.in_(bindparam("ids", expanding=True)),
+            models.Asset.uri.in_(bindparam("uris", expanding=True)),
+        )
+    )
+    .order_by(models.Asset.id)
+)
+
+
+async def find_assets(
+    session: AsyncSession, named: Sequence[tuple[int | None, str | None]]
+) -> list[tuple[int, str] | NotFound | Refused]:
+    """For each asset named by ``(asset_id, uri)`` (one of them), its id and URI, or why it
+    cannot be used; one query for all."""
+    wanted: list[int | str | Refused] = []
+    for asset_id, uri in named:
+        if asset_id is not None:
+            wanted.append(asset_id)
+        elif uri is None:
+            wanted.append(Refused("name the asset by its asset_id or its uri"))
+        else:
+            try:
+                wanted.append(normalize_uri(uri))
+            except ValueError as error:
+                wanted.append(Refused(f"{uri!r} is not an asset URI: {error}"))
+    ids = list({want for want in wanted if isinstance(want, int)})
+    uris = list({want for want in wanted if isinstance(want, str)})
+    rows = (await session.execute(_ASSETS_BY_ID_OR_URI, {"ids": ids, "uris": uris})).all()
+    uri_of: dict[int, str] = dict(rows)
+    ids_of: dict[str, list[int]] = {}
+    for asset_id, uri in rows:
+        ids_of.setdefault(uri, []).append(asset_id)
+    return [_found(want, uri_of, ids_of) for want in wanted]
+
+
+def _found(
+    want: int | str | Refused, uri_of: dict[int, str], ids_of: dict[str, list[int]]
+) -> tuple[int, str] | NotFound | Refused:
+    if isinstance(want, Refused):
+        return want
+    if isinstance(want, int):
+        if want not in uri_of:
+            return queries.missing_asset(want)
+        return want, uri_of[want]
+    ids = ids_of.get(want, [])
+    if not ids:
+        return NotFound(f"no asset with URI {want!r} (see 'assets list')")
+    if len(ids) > 1:
+        return Refused(
+            f"several assets have URI {want!r} (ids {', '.join(map(str, ids[:5]))}): "
+            "name one by its asset_id"
+        )
+    return ids[0], want
+
+
+def new_event(
+    asset_id: int, extra: dict[str, Any], *, source: str, partition_key: str | None = None
+) -> NewEvent:
+    """An event a user asked for, once it is known to be storable (else :class:`Refused`)."""
+    try:
+        check_json(extra, "extra")
+    except TypeError as error:
+        raise Refused(str(error)) from None
+    new = NewEvent(asset_id=asset_id, extra=extra, source=source, partition_key=partition_key)
+    reason = unstorable(new)
+    if reason is not None:
+        raise Refused(f"the event cannot be stored: {reason}")
+    return new
+
+
+async def emit_event(
+    session: AsyncSession,
+    asset_id: int,
+    extra: dict[str, Any],
+    *,
+    source: str,
+    partition_key: str | None = None,
+) -> Recorded:
+    """Record an event on ``asset_id`` and queue it for its consumers; daemons in other
+    processes hear of it when the caller commits (PostgreSQL)."""
+    new = new_event(asset_id, extra, source=source, partition_key=partition_key)
+    recorded = await record_events(session, [new])
+    await notify_queued(session, recorded.queued_pipelines)
+    return recorded
+
+
+async def set_paused(session: AsyncSession, pipeline_id: str, paused: bool) -> None:
+    """Pause (no events are queued, no runs start) or unpause a pipeline."""
+    changed = await session.execute(
+        update(models.Pipeline)
+        .where(models.Pipeline.pipeline_id == pipeline_id)
+        .values(paused=paused)
+    )
+    if changed.rowcount != 1:  # type: ignore[attr-defined]  # CursorResult
+        raise NotFound(f"pipeline {pipeline_id!r} does not exist (see 'pipelines list')")
+    if not paused:
+        # Events queued before the pause may be enough for a run now.
+        await notify_queued(session, [pipeline_id])
+
+
+async def delete_queued_events(
+    session: AsyncSession,
+    *,
+    asset_id: int | None = None,
+    pipeline_id: str | None = None,
+    before: dt.datetime | None = None,
+) -> int:
+    """Remove events from pipelines' queues (by asset, pipeline or both; queued before
+    ``before``); how many queue rows went. The events themselves are kept."""
+    if asset_id is not None:
+        await queries.require_asset(session, asset_id)
+    if pipeline_id is not None:
+        await queries.pipeline_model(session, pipeline_id)
+    statement = delete(models.QueuedEvent)
+    if asset_id is not None:
+        statement = statement.where(models.QueuedEvent.asset_id == asset_id)
+    if pipeline_id is not None:
+        statement = statement.where(models.QueuedEvent.pipeline_id == pipeline_id)
+    if before is not None:
+        statement = statement.where(models.QueuedEvent.created_at < before)
+    deleted = await session.execute(statement)
+    return int(deleted.rowcount)  # type: ignore[attr-defined]  # CursorResult
+
+
+async def trigger_run(
+    session: AsyncSession, pipeline_id: str, params: dict[str, Any] | None = None
+) -> str:
+    """Queue a manual run of ``pipeline_id``; its run id."""
+    await queries.pipeline_model(session, pipeline_id)
+    try:
+        check_json(params or {}, "params")
+    except TypeError as error:
+        raise Refused(str(error)) from None
+    # The scheduler's module, with its metrics, only for this: the CLI's other verbs skip it.
+    from triggerer.service.daemon.scheduler import create_manual_run
+
+    return await create_manual_run(session, pipeline_id, params)

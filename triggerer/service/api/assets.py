@@ -1,0 +1,100 @@
+"""``/assets``: assets, aliases, events (listed and created) and the queued events of an asset."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, status
+
+from triggerer.service import actions, queries
+from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.responses import NOT_FOUND, PROTECTED
+from triggerer.service.api.schemas import (
+    INT4_MAX,
+    AssetId,
+    CreatedEvent,
+    Deleted,
+    Limit,
+    NamePrefix,
+    NewAssetEvent,
+    Offset,
+    Since,
+    UtcTime,
+)
+from triggerer.service.store.models import EventSource
+from triggerer.service.views import AliasRow, AssetRow, EventRow, QueuedEventRow
+
+router = APIRouter(
+    prefix="/assets", tags=["assets"], dependencies=[Depends(authorized)], responses=PROTECTED
+)
+
+
+@router.get("")
+async def list_assets(
+    context: Context, name_prefix: NamePrefix = None, limit: Limit = 100, offset: Offset = 0
+) -> list[AssetRow]:
+    """Assets by id, with the pipelines consuming and producing them and their watchers."""
+    async with context.transaction() as session:
+        return await queries.assets(session, name_prefix=name_prefix, limit=limit, offset=offset)
+
+
+@router.get("/aliases")
+async def list_aliases(context: Context, limit: Limit = 100, offset: Offset = 0) -> list[AliasRow]:
+    """Asset aliases, with the assets added through them."""
+    async with context.transaction() as session:
+        return await queries.aliases(session, limit=limit, offset=offset)
+
+
+@router.get("/events")
+async def list_events(
+    context: Context,
+    asset_id: Annotated[int | None, Query(ge=1, le=INT4_MAX)] = None,
+    source: Annotated[EventSource | None, Query()] = None,
+    since: Since = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> list[EventRow]:
+    """Events, newest first."""
+    async with context.transaction() as session:
+        return await queries.events(
+            session,
+            asset_id=asset_id,
+            source=source,
+            since=since,
+            limit=limit,
+            offset=offset,
+        )
+
+
+@router.post("/events", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
+async def create_event(context: Context, new: NewAssetEvent) -> CreatedEvent:
+    """Create an event (``extra`` gains ``"from_rest_api": true``) and queue it for the
+    pipelines scheduled on its asset; the scheduler looks at them at once. A partition key the
+    partition mapper of a consumer cannot map is refused."""
+    return await context.new_events.create(new)
+
+
+@router.get("/{asset_id}", responses=NOT_FOUND)
+async def get_asset(context: Context, asset_id: AssetId) -> AssetRow:
+    async with context.transaction() as session:
+        return await queries.asset(session, asset_id)
+
+
+@router.get("/{asset_id}/queuedEvents", responses=NOT_FOUND)
+async def list_queued_events(
+    context: Context, asset_id: AssetId, limit: Limit = 100, offset: Offset = 0
+) -> list[QueuedEventRow]:
+    """The events of the asset waiting in pipelines' queues, oldest first."""
+    async with context.transaction() as session:
+        return await queries.queued_events(session, asset_id=asset_id, limit=limit, offset=offset)
+
+
+@router.delete("/{asset_id}/queuedEvents", responses=NOT_FOUND)
+async def delete_queued_events(
+    context: Context, asset_id: AssetId, before: Annotated[UtcTime | None, Query()] = None
+) -> Deleted:
+    """Remove the asset's events from every pipeline's queue (those queued before ``before``);
+    the events themselves are kept."""
+    async with context.transaction() as session:
+        deleted = await actions.delete_queued_events(session, asset_id=asset_id, before=before)
+    return Deleted(deleted=deleted)

@@ -1,0 +1,30 @@
+"""``/watchers`` and ``/lineage``: what feeds the assets, and the graph of it all."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from triggerer.service import queries
+from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.responses import PROTECTED
+from triggerer.service.api.schemas import Limit, Offset
+from triggerer.service.lineage import Lineage, lineage
+from triggerer.service.views import WatcherRow
+
+router = APIRouter(tags=["watchers"], dependencies=[Depends(authorized)], responses=PROTECTED)
+
+
+@router.get("/watchers")
+async def list_watchers(
+    context: Context, limit: Limit = 100, offset: Offset = 0
+) -> list[WatcherRow]:
+    """Each watcher: state, last poll, last error, restarts, lag, consumer group."""
+    async with context.transaction() as session:
+        return await queries.watchers(session, limit=limit, offset=offset)
+
+
+@router.get("/lineage")
+async def get_lineage(context: Context) -> Lineage:
+    """Nodes (watchers, assets, aliases, pipelines with their condition trees) and edges."""
+    async with context.transaction() as session:
+        return await lineage(session)

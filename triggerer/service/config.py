@@ -1,0 +1,300 @@
+"""Typed settings: ``config/triggerer.toml`` overridden by ``TRIGGERER_<SECTION>__<KEY>``.
+
+The file is the one given with ``--config`` or in ``TRIGGERER_CONFIG``; without one the
+embedded defaults apply (SQLite and pipelines under ``~/.triggerer``, local Spark).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from triggerer import connections
+
+CONFIG_ENV = "TRIGGERER_CONFIG"
+HOME = Path(os.environ.get("TRIGGERER_HOME", Path.home() / ".triggerer"))
+
+
+class ConfigError(ValueError):
+    """A setting has a bad value; the message names the key, the value and what is allowed."""
+
+
+class _Section(BaseModel):
+    # No NaN or infinity: a time that never comes is no setting (and breaks the clocks).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+DAY_S = 86_400.0
+"""The longest interval or wait a setting may give."""
+
+
+class DatabaseSettings(_Section):
+    url: str = f"sqlite:///{HOME / 'triggerer.db'}"
+
+    @field_validator("url")
+    @classmethod
+    def _supported(cls, url: str) -> str:
+        # The store's imports, only when needed.
+        from triggerer.service.store.engine import async_url, sqlite_file
+
+        parsed = async_url(url)  # a ValueError naming the URL, password hidden
+        if parsed.port is not None and not 0 < parsed.port <= 65535:
+            raise ValueError(f"port {parsed.port} is not a port (1 to 65535)")
+        file = sqlite_file(parsed)
+        if file is not None and file.is_dir():
+            # SQLite cannot open it, which would look like an outage retried forever.
+            raise ValueError(
+                f"{file} is a folder: name the database file in it, e.g. "
+                f"sqlite:///{file / 'triggerer.db'}"
+            )
+        return url
+
+
+class PipelinesSettings(_Section):
+    dir: Path = HOME / "pipelines"
+    reload_interval_s: float = Field(default=1.0, gt=0, le=DAY_S)
+
+
+class ApiSettings(_Section):
+    """The REST API the daemon serves under ``/api/v1``.
+
+    Without tokens the API is open, so it must listen on a loopback address; ``port = 0`` picks
+    a free port (the daemon logs it as ``api_listening``).
+    """
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    # Validated even when left out: an open API must not listen beyond this host.
+    tokens: Annotated[tuple[str, ...], NoDecode] = Field(default=(), validate_default=True)
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _from_text(cls, tokens: object) -> object:
+        # TRIGGERER_API__TOKENS holds a JSON list ["a","b"] or plain text a,b.
+        if not isinstance(tokens, str):
+            return tokens
+        if tokens.lstrip().startswith("["):
+            return json.loads(tokens)
+        return tuple(token.strip() for token in tokens.split(","))
+
+    @field_validator("tokens")
+    @classmethod
+    def _open_only_on_loopback(
+        cls, tokens: tuple[str, ...], info: ValidationInfo
+    ) -> tuple[str, ...]:
+        if any(not token.strip() for token in tokens):
+            raise PydanticCustomError("api_tokens", "a token must not be empty")
+        host = info.data.get("host", "")
+        if not tokens and info.data.get("enabled", True) and not is_loopback(host):
+            raise PydanticCustomError(
+                "api_open",
+                "the API would be open to the network on host '{host}': set tokens, or listen "
+                "on a loopback address such as 127.0.0.1",
+                {"host": host},
+            )
+        return tokens
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class SparkSettings(_Section):
+    """Where runs execute. Combinations that would fail every run are refused at start."""
+
+    mode: Literal["local", "classic", "connect", "submit"] = "local"
+    master: str = "local[*]"
+    # Validated even when left out: "connect" mode needs it.
+    remote: str | None = Field(default=None, validate_default=True)
+    conf: dict[str, str] = {}
+    logs_dir: Path = HOME / "logs"
+
+    @field_validator("master")
+    @classmethod
+    def _master_is_named(cls, master: str, info: ValidationInfo) -> str:
+        if not master.strip() and info.data.get("mode") in ("local", "classic", "submit"):
+            raise PydanticCustomError(
+                "spark_master",
+                "a Spark master is required in 'local', 'classic' and 'submit' mode, e.g. "
+                "local[*], spark://host:7077, k8s://https://host:6443 or yarn",
+            )
+        return master
+
+    @field_validator("remote")
+    @classmethod
+    def _remote_is_a_connect_url(cls, remote: str | None, info: ValidationInfo) -> str | None:
+        if remote is None:
+            if info.data.get("mode") == "connect":
+                raise PydanticCustomError(
+                    "spark_remote",
+                    "'connect' mode needs the Spark Connect server's address, sc://host:port",
+                )
+            return remote
+        if not _is_connect_url(remote):
+            raise PydanticCustomError("spark_remote", "must be a Spark Connect URL, sc://host:port")
+        return remote
+
+    @field_validator("conf")
+    @classmethod
+    def _conf_agrees_with_the_other_keys(cls, conf: dict[str, str]) -> dict[str, str]:
+        for key, setting in (("spark.master", "master"), ("spark.remote", "remote")):
+            if key in conf:
+                raise PydanticCustomError(
+                    "spark_conf",
+                    "set [spark] {setting} instead of the conf key {key}",
+                    {"setting": setting, "key": key},
+                )
+        if conf.get("spark.submit.deployMode", "client") != "client":
+            raise PydanticCustomError(
+                "spark_conf",
+                "spark.submit.deployMode must be 'client': a run's driver is a child process "
+                "of the daemon, which hands it the run and reads back its outlets",
+            )
+        return conf
+
+
+def _is_connect_url(text: str) -> bool:
+    """``sc://host[:port][/;params]``, what ``SparkSession.builder.remote`` accepts."""
+    url = urlsplit(text)
+    try:
+        url.port  # noqa: B018 - raises ValueError when the port is not a number
+    except ValueError:
+        return False
+    return url.scheme == "sc" and bool(url.hostname)
+
+
+def default_parallelism() -> int:
+    """One run per core, and at most one per 2 GiB of memory (a run's Spark driver and Python
+    take about that), at least one."""
+    cores = os.cpu_count() or 1
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return max(1, min(cores, int(memory_gib // 2)))
+
+
+class RunsSettings(_Section):
+    parallelism: int = Field(default_factory=default_parallelism, ge=1)
+
+
+class DaemonSettings(_Section):
+    heartbeat_interval_s: float = Field(default=5.0, gt=0, le=DAY_S)
+    shutdown_grace_s: float = Field(default=30.0, ge=0, le=DAY_S)
+    ingest_batch_size: int = Field(default=500, ge=1)
+    restart_backoff_max_s: float = Field(default=60.0, gt=0, le=DAY_S)
+
+    @property
+    def dead_after_s(self) -> float:
+        """An instance silent this long (three heartbeats) is dead: ``triggerer check`` fails,
+        its runs run again elsewhere and its leases move."""
+        return 3 * self.heartbeat_interval_s
+
+
+class LoggingSettings(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class ListenersSettings(_Section):
+    plugins: tuple[str, ...] = ()
+    max_pending_events: int = Field(default=10_000, ge=1)
+
+
+class Settings(BaseSettings):
+    """All settings; see ``config/triggerer.toml`` for what each key does."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TRIGGERER_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    database: DatabaseSettings = DatabaseSettings()
+    pipelines: PipelinesSettings = PipelinesSettings()
+    api: ApiSettings = ApiSettings()
+    spark: SparkSettings = SparkSettings()
+    runs: RunsSettings = RunsSettings()
+    daemon: DaemonSettings = DaemonSettings()
+    logging: LoggingSettings = LoggingSettings()
+    listeners: ListenersSettings = ListenersSettings()
+    connections: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get(CONFIG_ENV)
+        if path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(path)))
+        return tuple(sources)
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Read settings from ``path`` (or ``TRIGGERER_CONFIG``) and the environment.
+
+    A missing file, bad TOML or a bad value raises :class:`ConfigError`.
+    """
+    if path is not None:
+        os.environ[CONFIG_ENV] = str(Path(path).resolve())
+        current_settings.cache_clear()
+    config_file = os.environ.get(CONFIG_ENV)
+    if config_file and not Path(config_file).is_file():
+        raise ConfigError(f"config file {config_file!r} does not exist")
+    try:
+        return Settings()
+    except pydantic.ValidationError as error:
+        raise ConfigError(_describe(error, config_file)) from None
+    except ValueError as error:  # tomllib.TOMLDecodeError is a ValueError
+        raise ConfigError(f"config file {config_file!r} is not valid TOML: {error}") from None
+    except OSError as error:  # there, but not readable by this user
+        raise ConfigError(f"config file {config_file!r} cannot be read: {error}") from None
+
+
+@functools.cache
+def current_settings() -> Settings:
+    """The settings of this process, read once."""
+    return load_settings()
+
+
+# Triggers name their connections (triggerer.connections); these settings hold them.
+connections.read_from(lambda: current_settings().connections)
+
+
+def _describe(error: pydantic.ValidationError, config_file: str | None) -> str:
+    where = f" in {config_file}" if config_file else ""
+    lines = [f"invalid configuration{where}:"]
+    for problem in error.errors():
+        key = ".".join(str(part) for part in problem["loc"])
+        env = "TRIGGERER_" + "__".join(str(part).upper() for part in problem["loc"])
+        if problem["type"] == "extra_forbidden":
+            lines.append(f"  {key}: unknown setting (from the file or {env})")
+        elif key in ("database.url", "api.tokens"):  # never show a password or a token
+            lines.append(f"  {key}: {problem['msg']} (or set {env})")
+        else:
+            lines.append(f"  {key} = {problem['input']!r}: {problem['msg']} (or set {env})")
+    return "\n".join(lines)

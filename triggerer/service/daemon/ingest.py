@@ -1,0 +1,243 @@
+"""Ingest: trigger events become committed asset events, and only then are they acked."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import anyio
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from triggerer.service import metrics
+from triggerer.service.daemon.backoff import until_stored
+from triggerer.service.daemon.registry import WatchedTrigger
+from triggerer.service.dead_letters import (
+    Unstorable,
+    record_dead_letters,
+    rejection_reason,
+    unstorable,
+)
+from triggerer.service.events import NewEvent, Recorded, record_events, stored_extras
+from triggerer.service.store.models import EventSource
+from triggerer.service.store.types import utcnow
+from triggerer.triggers import TriggerEvent
+
+log = structlog.get_logger(__name__)
+
+Delivery = tuple[WatchedTrigger, TriggerEvent]
+
+_Item = TypeVar("_Item")
+_Written = TypeVar("_Written")
+
+
+class Ingest:
+    """Batches deliveries: one transaction per batch, then the acks, then the scheduler wakes.
+
+    Up to ``commits_in_flight`` batches are committed at once, so the next batch is prepared
+    while the database writes the last one. A batch is formed only once a commit slot is free:
+    what arrives meanwhile waits in the stream and joins it, so batches stay full under load.
+    Batches may commit out of order; acks need no order (Kafka commits contiguous offsets).
+
+    A database error keeps the batch and retries it with backoff: nothing is acked until its
+    events are committed, so a crash at any point loses nothing, and the dedup key turns a
+    redelivery into an ack without a second event (a redelivery whose payload differs from the
+    stored one, by its trigger's ``same_message``, is logged: its source reused a key). An
+    event the store cannot hold (a key too
+    long, a NUL character, a value the database refuses) is not retried: it is found before
+    writing or, when the database refuses a batch, by splitting the batch, and is kept in the
+    dead-letter table with the reason; its message is acked with the others.
+    """
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        on_recorded: Callable[[Recorded], None],
+        *,
+        batch_size: int,
+        commits_in_flight: int = 1,
+    ) -> None:
+        self._sessions = sessions
+        self._on_recorded = on_recorded
+        self._batch_size = batch_size
+        self._commit_slots = anyio.Semaphore(commits_in_flight)
+        # Totals since start, read by the benchmarks and tests (metrics count them too).
+        self.events_recorded = 0
+        self.duplicates = 0
+        self.dead_letters = 0
+
+    async def run(self, deliveries: MemoryObjectReceiveStream[Delivery]) -> None:
+        """Consume ``deliveries`` until every sender has closed, draining what is left."""
+        async with deliveries, anyio.create_task_group() as commits:
+            while True:
+                await self._commit_slots.acquire()
+                try:
+                    batch = [await deliveries.receive()]
+                except anyio.EndOfStream:
+                    return  # the task group waits for the commits in flight
+                while len(batch) < self._batch_size:
+                    try:
+                        batch.append(deliveries.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                commits.start_soon(self._commit_and_ack, batch)
+
+    async def _commit_and_ack(self, batch: list[Delivery]) -> None:
+        # Once events are taken off the stream, finish them even during shutdown.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._commit(batch)
+                await _ack(batch)
+            finally:
+                self._commit_slots.release()
+
+    async def _commit(self, batch: list[Delivery]) -> None:
+        started = anyio.current_time()
+        storable: list[NewEvent] = []
+        letters: list[Unstorable] = []
+        for watched, event in batch:
+            for asset_id in watched.asset_ids:
+                new_event = NewEvent(
+                    asset_id=asset_id,
+                    extra={"from_trigger": True, "payload": event.payload},
+                    source=EventSource.TRIGGER,
+                    dedup_key=event.dedup_key,
+                    partition_key=event.partition_key,
+                    source_trigger_id=watched.trigger_id,
+                )
+                reason = unstorable(new_event)
+                if reason is None:
+                    storable.append(new_event)
+                else:
+                    letters.append(Unstorable(new_event, reason))
+        written, rejected = await self._write_bisecting(_record, storable)
+        letters += [Unstorable(event, reason) for event, reason in rejected]
+        if letters:
+            await self._dead_letter(letters)
+        metrics.committed([event.payload for _, event in batch], anyio.current_time() - started)
+        for part, stored in written:
+            self.events_recorded += len(part.events)
+            self.duplicates += part.duplicates
+            if stored:
+                _log_reused_keys(
+                    part, stored, {watched.trigger_id: watched for watched, _ in batch}
+                )
+            self._on_recorded(part)
+
+    async def _dead_letter(self, letters: list[Unstorable]) -> None:
+        for letter in letters:
+            log.warning(
+                "event_dead_lettered",
+                trigger_id=letter.event.source_trigger_id,
+                asset_id=letter.event.asset_id,
+                dedup_key=letter.event.dedup_key,
+                reason=letter.reason,
+            )
+        inserted, lost = await self._write_bisecting(record_dead_letters, letters)
+        self.dead_letters += sum(inserted)
+        metrics.DEAD_LETTERS.inc(sum(inserted))
+        for letter, error in lost:
+            # Every value of a dead letter is made storable, so only a row deleted meanwhile
+            # (its asset or trigger) gets here. Holding the message would stop its watcher for
+            # good: it is logged in full instead, and acked.
+            log.error(
+                "dead_letter_rejected",
+                trigger_id=letter.event.source_trigger_id,
+                asset_id=letter.event.asset_id,
+                dedup_key=letter.event.dedup_key,
+                reason=letter.reason,
+                error=error,
+                extra=letter.event.extra,
+            )
+
+    async def _write_bisecting(
+        self, write: Callable[[AsyncSession, list[_Item]], Awaitable[_Written]], items: list[_Item]
+    ) -> tuple[list[_Written], list[tuple[_Item, str]]]:
+        """Write ``items`` in one transaction; when the store rejects their data, write each
+        half on its own, down to the single items it rejects.
+
+        Returns what each committed transaction's ``write`` returned, and the items rejected
+        with the database's reason. A batch with one bad item among n costs about 2 log2(n)
+        transactions more than a good one.
+        """
+        written: list[_Written] = []
+        rejected: list[tuple[_Item, str]] = []
+        parts = [items] if items else []
+        while parts:
+            part = parts.pop()
+            try:
+                written.append(await self._write(write, part))
+            except DBAPIError as error:  # a rejection: _write retries the other errors
+                if len(part) == 1:
+                    rejected.append((part[0], rejection_reason(error)))
+                else:
+                    middle = len(part) // 2
+                    parts += [part[middle:], part[:middle]]
+        return written, rejected
+
+    async def _write(
+        self, write: Callable[[AsyncSession, list[_Item]], Awaitable[_Written]], items: list[_Item]
+    ) -> _Written:
+        """Commit ``write(session, items)``, retrying with backoff until the store answers;
+        its rejection of the data is raised (the caller splits the batch)."""
+
+        async def once() -> _Written:
+            async with self._sessions.begin() as session:
+                return await write(session, items)
+
+        return await until_stored(once, during="ingest")
+
+
+Stored = dict[tuple[int, str], tuple[dict[str, Any], datetime]]
+
+
+async def _record(session: AsyncSession, events: list[NewEvent]) -> tuple[Recorded, Stored]:
+    """Record ``events``; with the stored events that the duplicates among them met."""
+    recorded = await record_events(session, events)
+    return recorded, await stored_extras(session, recorded.absorbed)
+
+
+def _log_reused_keys(
+    recorded: Recorded, stored: Stored, watched: dict[int, WatchedTrigger]
+) -> None:
+    """Warn of each absorbed event that is not the stored message delivered again, but another
+    message under the same key: a source recreated with its sequence numbers restarted, or a
+    trigger whose key does not tell its messages apart. Dedup has dropped it all the same."""
+    received_at = utcnow()
+    for event in recorded.absorbed:
+        met = stored.get((event.asset_id, event.dedup_key or ""))
+        trigger = watched.get(event.source_trigger_id or 0)
+        if met is None or trigger is None:
+            continue  # not a trigger's event, or the stored one was deleted meanwhile
+        stored_extra, stored_at = met
+        try:
+            same = trigger.trigger.same_message(stored_extra.get("payload"), event.extra["payload"])
+        # A custom trigger's comparison may raise anything; it only decides this warning.
+        except Exception as error:  # noqa: BLE001
+            log.warning("same_message_failed", trigger_id=trigger.trigger_id, error=repr(error))
+            continue
+        if same:
+            continue
+        log.warning(
+            "duplicate_key_other_message",
+            watchers=list(trigger.watchers),
+            trigger_id=trigger.trigger_id,
+            dedup_key=event.dedup_key,
+            stored_at=stored_at.isoformat(),
+            received_at=received_at.isoformat(),
+        )
+
+
+async def _ack(batch: list[Delivery]) -> None:
+    for watched, event in batch:
+        if event.ack is None:
+            continue
+        try:
+            await event.ack()
+        # An ack is trigger code; one that fails leaves the message to be redelivered, which the
+        # dedup key absorbs, so it is logged and ingest goes on.
+        except Exception as error:  # noqa: BLE001
+            log.warning("ack_failed", trigger_id=watched.trigger_id, error=repr(error))

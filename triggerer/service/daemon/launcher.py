@@ -1,0 +1,452 @@
+"""The launcher: claims queued runs, runs each in a child process, records how it ended.
+
+A run that succeeds commits its outlet events together with its final state; one that fails
+emits nothing and is retried with backoff while it has tries left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+import structlog
+from anyio.abc import TaskGroup
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
+
+from triggerer.assets import Asset, AssetAlias
+from triggerer.service import lifeline, metrics, runner
+from triggerer.service.daemon.backoff import until_stored
+from triggerer.service.daemon.registry import (
+    DefinitionChanges,
+    Registry,
+    ensure_alias,
+    ensure_asset,
+)
+from triggerer.service.daemon.run_forks import ForkerUnavailable, RunForks
+from triggerer.service.dead_letters import unstorable
+from triggerer.service.events import NewEvent, Recorded, record_events
+from triggerer.service.processes import Process, spark_conf, spark_env, terminate
+from triggerer.service.run_spec import RunSpec, SparkSpec, SpecAsset, SpecEvent
+from triggerer.service.store import models
+from triggerer.service.store.failures import STORE_ERRORS, is_outage
+from triggerer.service.store.models import EventSource, RunState
+from triggerer.service.store.types import storable_text, utcnow
+
+if TYPE_CHECKING:
+    from triggerer.pipelines import Pipeline
+    from triggerer.service.config import Settings
+    from triggerer.service.daemon.spark_server import LocalSparkServer
+
+log = structlog.get_logger(__name__)
+
+POLL_S = 5.0
+UNRECORDABLE = (IntegrityError, LookupError, TypeError, ValueError, StatementError)
+"""What recording a malformed or conflicting run result raises: the run fails, not the daemon.
+(A ``StatementError`` that is not a ``DBAPIError`` is a value the driver could not send.)"""
+MAX_RETRY_S = 86_400.0
+"""The longest wait before a failed try runs again, however many tries failed before."""
+
+
+class Launcher:
+    """Starts runs as they are created; a run's process dies with the daemon.
+
+    Once a run's end is committed, ``on_run_finished`` gets its pipeline to evaluate again (a
+    slot under ``max_active_runs`` is free), and a successful run's outlets are reported: the
+    assets and aliases they created to ``on_definitions``, their events (which wake their
+    consumers) to ``on_events``.
+    """
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        registry: Callable[[], Registry],
+        settings: Settings,
+        instance_id: str,
+        on_run_finished: Callable[[set[str]], None],
+        *,
+        on_events: Callable[[Recorded], None],
+        on_definitions: Callable[[DefinitionChanges], None],
+        spark_server: LocalSparkServer | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._spark_server = spark_server
+        self._run_forks = RunForks(self._run_env)
+        self._registry = registry
+        self._settings = settings
+        self._instance_id = instance_id
+        self._on_run_finished = on_run_finished
+        self._on_events = on_events
+        self._on_definitions = on_definitions
+        self._woken = anyio.Event()
+        self._accepting = True
+        # A run is in progress from its claim until its end is recorded; each has a scope
+        # that interrupt() cancels.
+        self._in_progress: dict[int, anyio.CancelScope] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no run is in progress."""
+        await self._idle.wait()
+
+    def interrupt(self) -> None:
+        """Stop every run in progress (shutdown past its grace): each is queued to run again."""
+        for scope in self._in_progress.values():
+            scope.cancel()
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    def stop_accepting(self) -> None:
+        """Claim no more runs (shutdown); runs in progress go on."""
+        self._accepting = False
+        self._woken.set()
+
+    async def run(self, task_group: TaskGroup) -> None:
+        """Claim runs, oldest first and at most ``[runs] parallelism`` in progress at once, and
+        start them in ``task_group`` until cancelled or stopped."""
+        self._run_forks.serve_in(task_group)
+        try:
+            while self._accepting:
+                if self._spark_server is not None:
+                    await self._spark_server.wait_ready()  # runs wait while it (re)starts
+                self._woken = anyio.Event()
+                free = self._settings.runs.parallelism - len(self._in_progress)
+                for run_pk in await self._claimable(free) if free > 0 else ():
+                    if not self._accepting:
+                        break
+                    if await self._claim(run_pk):
+                        self._in_progress[run_pk] = anyio.CancelScope()
+                        self._idle = anyio.Event()
+                        task_group.start_soon(self._execute, run_pk)
+                    else:
+                        self._woken.set()  # another instance took it: look for the next one
+                with anyio.move_on_after(POLL_S):
+                    await self._woken.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._run_forks.close()
+
+    async def _claimable(self, limit: int) -> list[int]:
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(models.Run.id)
+                .where(
+                    or_(
+                        models.Run.state == RunState.QUEUED,
+                        (models.Run.state == RunState.UP_FOR_RETRY)
+                        & (models.Run.next_try_at <= utcnow()),
+                    )
+                )
+                .order_by(models.Run.id)
+                .limit(limit)
+            )
+            return list(rows.all())
+
+    async def _claim(self, run_pk: int) -> bool:
+        async with self._sessions.begin() as session:
+            claimed = await session.execute(
+                update(models.Run)
+                .where(
+                    models.Run.id == run_pk,
+                    models.Run.state.in_((RunState.QUEUED, RunState.UP_FOR_RETRY)),
+                )
+                .values(
+                    state=RunState.RUNNING,
+                    owner=self._instance_id,
+                    try_number=models.Run.try_number + 1,
+                    start_date=utcnow(),
+                    heartbeat_at=utcnow(),
+                )
+            )
+            return bool(claimed.rowcount == 1)  # type: ignore[attr-defined]  # CursorResult
+
+    async def _execute(self, run_pk: int) -> None:
+        try:
+            ended = Ended(interrupted=True)
+            log_path: Path | None = None
+            with self._in_progress[run_pk]:
+                run, spec = await until_stored(lambda: self._read(run_pk), during="run start")
+                structlog.contextvars.bind_contextvars(run_id=run.run_id)
+                folder = Path(self._settings.spark.logs_dir) / run.pipeline_id / run.run_id
+                log_path = folder / f"try-{run.try_number}.log"
+                log.info("run_started", pipeline_id=run.pipeline_id, try_number=run.try_number)
+                if spec is None:
+                    ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
+                else:
+                    try:
+                        ended = await self._run_child(spec, folder, log_path, run.try_number)
+                    except ForkerUnavailable as error:  # a try that failed, as any other
+                        ended = Ended(error=str(error))
+                    except OSError as error:  # its folder or process could not be made
+                        ended = Ended(error=f"the run could not start: {error}")
+            # Recorded even when shutdown interrupted the run (it is queued to run again), and
+            # however long the store is away: a run is never left running with no process.
+            with anyio.CancelScope(shield=True):
+                finished = await until_stored(
+                    lambda: self._finish(run_pk, ended, log_path), during="run end"
+                )
+            log.info("run_finished", run_pk=run_pk, state=finished.state, error=ended.error)
+            metrics.run_finished(
+                finished.pipeline_id, finished.state, finished.started, finished.ended
+            )
+            self._on_run_finished({finished.pipeline_id})
+            if finished.outlets is not None:
+                self._on_definitions(finished.outlets.changes)
+                self._on_events(finished.outlets.recorded)
+        finally:
+            del self._in_progress[run_pk]
+            if not self._in_progress:
+                self._idle.set()
+            self.wake()  # a slot is free for the next queued run
+
+    async def _read(self, run_pk: int) -> tuple[models.Run, RunSpec | None]:
+        """The claimed run, and the spec its child process runs (``None``: no such pipeline)."""
+        async with self._sessions() as session:
+            run = await session.get_one(models.Run, run_pk)
+            pipeline = self._registry().pipelines.get(run.pipeline_id)
+            if pipeline is None or pipeline.fileloc is None:  # (the registry's have a file)
+                return run, None
+            return run, await self._spec(session, run, pipeline, pipeline.fileloc)
+
+    async def _run_child(
+        self, spec: RunSpec, folder: Path, log_path: Path, try_number: int
+    ) -> Ended:
+        spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
+        await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+        await anyio.Path(spec_path).write_bytes(msgspec.json.encode(spec))
+        process: Process
+        if spec.spark.mode == "connect":
+            process = await self._run_forks.start_run(spec_path, result_path, log_path)
+        else:
+            env = self._run_env()
+            command = _command(self._settings, spec_path, result_path, env["SPARK_HOME"])
+            with log_path.open("ab") as log_file:
+                # A process group of its own: terminate() stops the run's whole process tree.
+                process = await anyio.open_process(
+                    command,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+        try:
+            returncode = await process.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await terminate(process)
+            raise
+        return await _ended(returncode, result_path, log_path)
+
+    def _run_env(self) -> dict[str, str]:
+        spark = self._settings.spark
+        # A run's own JVM (classic, submit) on a local master listens on loopback only.
+        env = spark_env(spark.master if spark.mode in ("classic", "submit") else None)
+        if self._spark_server is not None:
+            env |= self._spark_server.client_env
+        return env
+
+    async def _spec(
+        self, session: AsyncSession, run: models.Run, pipeline: Pipeline, fileloc: str
+    ) -> RunSpec:
+        producer = aliased(models.Run)
+        rows = await session.execute(
+            select(models.AssetEvent, models.Asset, producer.run_id)
+            .join(models.RunEvent, models.RunEvent.event_id == models.AssetEvent.id)
+            .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+            .outerjoin(producer, producer.id == models.AssetEvent.source_run_pk)
+            .where(models.RunEvent.run_pk == run.id)
+            .order_by(models.AssetEvent.id)
+        )
+        events = [
+            SpecEvent(
+                id=event.id,
+                asset=SpecAsset(asset.name, asset.uri),
+                extra=event.extra,
+                timestamp=event.timestamp,
+                source=event.source,
+                partition_key=event.partition_key,
+                source_run_id=source_run_id,
+            )
+            for event, asset, source_run_id in rows.all()
+        ]
+        spark = self._settings.spark
+        mode, remote = spark.mode, spark.remote
+        if self._spark_server is not None:
+            # Local mode: the run is a client of the daemon's warm Connect server.
+            mode, remote = "connect", await self._spark_server.wait_ready()
+        return RunSpec(
+            run_id=run.run_id,
+            pipeline_id=run.pipeline_id,
+            fileloc=fileloc,
+            application=pipeline.application,
+            try_number=run.try_number,
+            partition_key=run.partition_key,
+            # Manual runs carry only what was given: the pipeline's defaults fill in the rest.
+            params={**pipeline.params, **run.params},
+            triggering_events=events,
+            database_url=self._settings.database.url,
+            spark=SparkSpec(mode=mode, master=spark.master, remote=remote, conf=spark.conf),
+        )
+
+    async def _finish(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished:
+        """Record how a try ended (its new state, the pipelines to evaluate again, its outlets).
+
+        A result that cannot be recorded (outlets the store rejects) fails the run with the
+        reason instead of failing the daemon.
+        """
+        try:
+            return await self._record(run_pk, ended, log_path)
+        except (*UNRECORDABLE, *STORE_ERRORS) as error:
+            if ended.result is None or is_outage(error):
+                raise
+            failed = Ended(error=f"its outlet events could not be recorded: {error}")
+            log.error("run_outlets_unrecordable", run_pk=run_pk, error=str(error))
+            return await self._record(run_pk, failed, log_path)
+
+    async def _record(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished:
+        outlets = None
+        async with self._sessions.begin() as session:
+            run = await session.get_one(models.Run, run_pk, with_for_update=True)
+            run.log_path = str(log_path) if log_path else run.log_path
+            run.end_date = end_date = utcnow()
+            if ended.interrupted:
+                run.state, run.try_number = RunState.QUEUED, run.try_number - 1
+            elif ended.result is not None:
+                run.state = RunState.SUCCESS
+                outlets = await _record_outlets(session, run, ended.result)
+            elif run.try_number < run.max_tries:
+                pipeline = self._registry().pipelines.get(run.pipeline_id)
+                delay_s = pipeline.retry_delay_s if pipeline is not None else 10.0
+                run.state, run.error = RunState.UP_FOR_RETRY, _storable(ended.error)
+                run.next_try_at = retry_at(run.try_number, delay_s)
+            else:
+                run.state, run.error = RunState.FAILED, _storable(ended.error)
+        return Finished(run.pipeline_id, run.state, run.start_date, end_date, outlets)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outlets:
+    """What a successful run's outlets committed: events, and assets and aliases created."""
+
+    recorded: Recorded
+    changes: DefinitionChanges
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """A try's end as recorded."""
+
+    pipeline_id: str
+    state: str
+    started: datetime | None
+    ended: datetime
+    outlets: Outlets | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """How a try ended: with a result (success), an error, or interrupted by shutdown."""
+
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    interrupted: bool = False
+
+
+async def _ended(returncode: int, result_path: Path, log_path: Path) -> Ended:
+    if returncode != 0:
+        return Ended(error=f"exit code {returncode}, see {log_path}")
+    try:
+        return Ended(result=json.loads(await anyio.Path(result_path).read_text()))
+    except (OSError, ValueError) as error:
+        return Ended(error=f"the run reported no outlets ({error}), see {log_path}")
+
+
+async def _record_outlets(
+    session: AsyncSession, run: models.Run, result: dict[str, Any]
+) -> Outlets:
+    changes = DefinitionChanges()
+    events: dict[tuple[int, str], NewEvent] = {}
+    through: dict[tuple[int, str], set[int]] = {}
+    for outlet in result["assets"]:
+        asset = Asset(outlet["name"], outlet["uri"])
+        asset_id = await ensure_asset(session, asset, define=False, changes=changes)
+        key = (asset_id, json.dumps(outlet["extra"], sort_keys=True))
+        events[key] = _outlet_event(asset_id, asset.uri, outlet["extra"], run)
+    for add in result["alias_adds"]:
+        asset = Asset(add["name"], add["uri"])
+        asset_id = await ensure_asset(session, asset, define=False, changes=changes)
+        alias_id = await ensure_alias(session, AssetAlias(add["alias"]), changes)
+        await session.merge(models.AssetAliasAsset(alias_id=alias_id, asset_id=asset_id))
+        # The same asset with the same extra through several aliases is one event.
+        key = (asset_id, json.dumps(add["extra"], sort_keys=True))
+        events.setdefault(key, _outlet_event(asset_id, asset.uri, add["extra"], run))
+        through.setdefault(key, set()).add(alias_id)
+    await session.flush()
+    recorded = await record_events(session, list(events.values()))
+    # Two assets with the same extra have the same dedup key: an event is its asset and key.
+    event_ids = {(event.asset_id, event.dedup_key): event.id for event in recorded.events}
+    for key, alias_ids in through.items():
+        event_id = event_ids.get((key[0], events[key].dedup_key))
+        if event_id is not None:
+            session.add_all(
+                models.AssetEventAlias(event_id=event_id, alias_id=alias_id)
+                for alias_id in alias_ids
+            )
+    return Outlets(recorded, changes)
+
+
+def _storable(error: str | None) -> str | None:
+    """A try's error as the store can hold it (it may name a file or quote user code)."""
+    return None if error is None else storable_text(error)
+
+
+def _outlet_event(asset_id: int, uri: str, extra: dict[str, Any], run: models.Run) -> NewEvent:
+    event = NewEvent(
+        asset_id=asset_id,
+        extra=extra,
+        source=EventSource.RUN,
+        partition_key=run.partition_key,
+        source_run_pk=run.id,
+        # One event per asset, extra and run: a recovered run cannot emit twice.
+        dedup_key=f"run:{run.run_id}:{json.dumps(extra, sort_keys=True)}"[:1500],
+    )
+    reason = unstorable(event)
+    if reason is not None:
+        raise ValueError(f"the event of {uri!r}: {reason}")
+    return event
+
+
+def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home: str) -> list[str]:
+    """A run's process: the runner, or spark-submit running it, started so that it dies with
+    the daemon (see :mod:`triggerer.service.lifeline`)."""
+    arguments = [str(spec_path), str(result_path)]
+    spark = settings.spark
+    if spark.mode == "submit":
+        # [spark] conf goes to spark-submit: driver settings such as spark.driver.memory or
+        # spark.pyspark.python only apply there, before the driver starts.
+        conf = spark_conf(spark.master, spark.conf)
+        confs = [f"--conf={key}={value}" for key, value in conf.items()]
+        submit = os.path.join(spark_home, "bin", "spark-submit")
+        run = [submit, "--master", spark.master, *confs, runner.__file__, *arguments]
+    else:
+        run = [sys.executable, "-m", "triggerer.service.runner", *arguments]
+    return lifeline.tied(run)
+
+
+def retry_at(try_number: int, delay_s: float) -> datetime:
+    """When a failed try may run again: ``delay_s`` doubling with each try, up to a day."""
+    doublings = min(max(0, try_number - 1), 64)  # a day is reached long before
+    return utcnow() + timedelta(seconds=min(delay_s * 2**doublings, MAX_RETRY_S))

@@ -1,0 +1,443 @@
+"""The service: one task group holding watchers, ingest, scheduler, launcher and heartbeat.
+
+SIGTERM or SIGINT stops the watchers' polling, lets ingest commit and ack what it holds, then
+lets the watchers clean up (so Kafka's last offset commit covers those acks), gives runs a
+grace period, and returns; a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import structlog
+from sqlalchemy import delete, func, make_url, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from triggerer.service import metrics
+from triggerer.service.config import ConfigError
+from triggerer.service.daemon.backoff import keep_running, until_stored
+from triggerer.service.daemon.ingest import Delivery, Ingest
+from triggerer.service.daemon.launcher import Launcher
+from triggerer.service.daemon.leases import Leases
+from triggerer.service.daemon.notifier import Notifier
+from triggerer.service.daemon.registry import DefinitionChanges, Registry, sync_definitions
+from triggerer.service.daemon.scheduler import Scheduler
+from triggerer.service.daemon.spark_server import LocalSparkServer
+from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus
+from triggerer.service.daemon.wakeups import listen
+from triggerer.service.daemon.watchdog import watch_event_loop
+from triggerer.service.loader import LoadedPipelines, load_pipelines, pipeline_files
+from triggerer.service.store import create_engine, models, notices, session_factory, upgrade
+from triggerer.service.store.engine import async_url, deployment_id
+from triggerer.service.store.failures import STORE_ERRORS
+from triggerer.service.store.models import RunState
+from triggerer.service.store.types import utcnow
+from watchers import kafka_fetcher, sqs_session
+from watchers.kafka import KafkaTrigger
+from watchers.sqs import SqsTrigger
+
+SLOW_LOAD_S = 10.0
+"""How long loading the pipelines folder may take before the file being imported is logged."""
+
+if TYPE_CHECKING:
+    from triggerer.service.api.server import ApiServer
+    from triggerer.service.config import Settings
+    from triggerer.service.events import Recorded
+
+log = structlog.get_logger(__name__)
+
+DELIVERY_BUFFER = 10_000
+POSTGRESQL_COMMITS_IN_FLIGHT = 2
+"""Ingest transactions at once on PostgreSQL: the daemon prepares one while the server writes
+the other. SQLite has a single writer, so a second transaction there would only wait."""
+
+
+class Service:
+    """The daemon's parts, wired together; ``serve`` runs them."""
+
+    def __init__(self, settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.registry = Registry({}, {}, {}, {}, {})
+        send, self._receive = anyio.create_memory_object_stream[Delivery](DELIVERY_BUFFER)
+        self.scheduler = Scheduler(sessions, lambda: self.registry, self._run_created)
+        self.ingest = Ingest(
+            sessions,
+            self.events_recorded,
+            batch_size=settings.daemon.ingest_batch_size,
+            commits_in_flight=_commits_in_flight(settings.database.url),
+        )
+        # Local mode: one warm Spark Connect server, which every run uses.
+        self.spark_server = (
+            LocalSparkServer(
+                settings.spark, restart_backoff_max_s=settings.daemon.restart_backoff_max_s
+            )
+            if settings.spark.mode == "local"
+            else None
+        )
+        self.launcher = Launcher(
+            sessions,
+            lambda: self.registry,
+            settings,
+            self.instance_id,
+            self.scheduler.wake,
+            on_events=self.events_recorded,
+            on_definitions=self.definitions_changed,
+            spark_server=self.spark_server,
+        )
+        self.notifier = Notifier(
+            settings.listeners.plugins,
+            settings.logging,
+            sessions,
+            lambda: self.registry.assets,
+            max_pending_events=settings.listeners.max_pending_events,
+        )
+        self.leases = Leases(sessions, self.instance_id, ttl_s=settings.daemon.dead_after_s)
+        self.supervisor = Supervisor(
+            send,
+            self.leases,
+            backoff_max_s=settings.daemon.restart_backoff_max_s,
+            lease_poll_s=settings.daemon.heartbeat_interval_s,
+            drain_timeout_s=settings.daemon.shutdown_grace_s,
+        )
+
+        # Kafka watchers read through consumers shared per cluster, in groups of this deployment;
+        # SQS watchers of one queue share its poller.
+        self.kafka = kafka_fetcher.Fetchers(
+            kafka_fetcher.group_prefix(deployment_id(settings.database.url))
+        )
+        self.sqs = sqs_session.Pollers()
+
+        # Watcher states as last written, so a heartbeat writes only what changed.
+        self._reported: dict[int, WatcherStatus] = {}
+
+    def events_recorded(self, recorded: Recorded) -> None:
+        """New events were committed (by a watcher, a run, the CLI or the REST API): the one
+        place that reacts to them, after the commit and never inside the transaction."""
+        if recorded.queued_pipelines:
+            self.scheduler.wake(recorded.queued_pipelines)
+        metrics.events_recorded(recorded)
+        self.notifier.events_recorded(recorded)
+
+    def definitions_changed(self, changes: DefinitionChanges) -> None:
+        """Assets or aliases were created or changed (committed): tell the listeners."""
+        self.notifier.definitions_changed(changes)
+
+    def _run_created(self) -> None:
+        self.launcher.wake()
+
+    def on_notice(self, payload: str) -> None:
+        """Another process queued a run, or events for pipelines: wake who handles them."""
+        if payload == notices.RUNS:
+            self.launcher.wake()
+        elif payload.startswith(notices.QUEUED):
+            self.scheduler.wake(notices.parse_queued(payload))
+
+    async def reload(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Load the pipelines folder and bring the database and the watchers in line."""
+        loaded = await _load(Path(self.settings.pipelines.dir))
+        for error in loaded.errors:
+            log.error(
+                "pipeline_file_failed",
+                error=str(error),
+                path=error.path,
+                line=error.line,
+                traceback=error.traceback,
+            )
+        changes = DefinitionChanges()
+        async with self.sessions.begin() as session:
+            self.registry = await sync_definitions(session, loaded, changes)
+        self.definitions_changed(changes)
+        self.supervisor.update(task_group, self.registry.triggers)
+        triggers = [watched.trigger for watched in self.registry.triggers.values()]
+        self.kafka.keep(
+            {
+                trigger.consumer_group
+                for trigger in triggers
+                if isinstance(trigger, KafkaTrigger) and trigger.shared_fetch
+            }
+        )
+        self.sqs.keep(trigger for trigger in triggers if isinstance(trigger, SqsTrigger))
+        self.scheduler.wake()
+        log.info(
+            "pipelines_loaded",
+            pipelines=len(self.registry.pipelines),
+            watchers=len(self.registry.triggers),
+            errors=len(loaded.errors),
+        )
+
+    async def recover(self) -> None:
+        """Runs left running by a dead instance run again (their processes died with it).
+
+        An instance is dead once its heartbeat is older than ``dead_after_s``; this runs at
+        start and with every heartbeat, so a restart right after a crash recovers too.
+        """
+        stale = utcnow() - timedelta(seconds=self.settings.daemon.dead_after_s)
+        alive = select(models.Instance.id).where(models.Instance.heartbeat_at >= stale)
+        async with self.sessions.begin() as session:
+            recovered = await session.execute(
+                update(models.Run)
+                .where(models.Run.state == RunState.RUNNING, models.Run.owner.not_in(alive))
+                .values(state=RunState.QUEUED, try_number=models.Run.try_number - 1, owner=None)
+            )
+        if recovered.rowcount:  # type: ignore[attr-defined]  # CursorResult
+            log.warning("runs_recovered", count=recovered.rowcount)  # type: ignore[attr-defined]
+            self.launcher.wake()
+
+    async def leave(self) -> None:
+        """On a clean exit: no heartbeat left behind, and leases free for other instances."""
+        async with self.sessions.begin() as session:
+            await session.execute(
+                delete(models.Lease).where(models.Lease.owner == self.instance_id)
+            )
+            await session.execute(
+                delete(models.Instance).where(models.Instance.id == self.instance_id)
+            )
+
+    async def heartbeat(self) -> None:
+        """Sign of life first (what ``triggerer check`` reads), then leases, watcher states
+        that changed since the last beat, recovery of dead instances' runs, and the metrics
+        read from the store."""
+        async with self.sessions.begin() as session:
+            await session.merge(
+                models.Instance(
+                    id=self.instance_id,
+                    hostname=socket.gethostname(),
+                    pid=os.getpid(),
+                    heartbeat_at=utcnow(),
+                )
+            )
+        self.supervisor.leases_lost(await self.leases.renew())
+        self.supervisor.sample()
+        changed = {
+            trigger_id: status
+            for trigger_id, status in self.supervisor.status.items()
+            if self._reported.get(trigger_id) != status
+        }
+        if changed:
+            async with self.sessions.begin() as session:
+                await session.execute(
+                    update(models.Trigger),
+                    [
+                        {
+                            "id": trigger_id,
+                            "state": status.state,
+                            "last_poll_at": status.last_poll_at,
+                            "last_event_at": status.last_event_at,
+                            "last_error": status.last_error,
+                            "restart_count": status.restart_count,
+                            "lag": status.lag,
+                            "instance_id": self.instance_id,
+                        }
+                        for trigger_id, status in changed.items()
+                    ],
+                )
+            self._reported.update(
+                (trigger_id, dataclasses.replace(status)) for trigger_id, status in changed.items()
+            )
+        await self.recover()
+        async with self.sessions() as session:
+            queued = await session.execute(
+                select(models.QueuedEvent.pipeline_id, func.count()).group_by(
+                    models.QueuedEvent.pipeline_id
+                )
+            )
+            metrics.queued_events(dict(queued.all()), set(self.registry.pipelines))
+
+
+async def serve(
+    settings: Settings,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the daemon until ``shutdown_trigger`` returns (default: SIGTERM or SIGINT).
+
+    ``task_status.started()`` is called once the database is migrated, the pipelines are
+    loaded and every part is running, the REST API too when ``[api] enabled``. A store that is
+    down at start is waited for; one that goes away later stops nothing: every loop that uses
+    it retries until it is back.
+    """
+    try:
+        await until_stored(lambda: upgrade(settings.database.url), during="upgrade")
+    # The first connection: a URL that passes the settings' check but that the driver refuses
+    # (libpq's ``sslmode=`` where asyncpg takes ``ssl=``) would fail every start the same way.
+    except (TypeError, ValueError, OverflowError) as error:
+        url = make_url(settings.database.url).render_as_string(hide_password=True)
+        raise ConfigError(
+            f"[database] url {url}: the database driver refuses it: {error}"
+        ) from None
+    engine = create_engine(settings.database.url)
+    service = Service(settings, session_factory(engine))
+    try:
+        await until_stored(service.recover, during="recover")
+        # Bound before anything runs: a port in use stops the start with one clear error.
+        api = _api_server(service) if settings.api.enabled else None
+        with kafka_fetcher.sharing(service.kafka), sqs_session.sharing(service.sqs):
+            await _run(service, api, engine, shutdown_trigger, task_status)
+        try:
+            await service.leave()
+        except STORE_ERRORS as error:
+            # Nothing is lost: the heartbeat goes stale and the leases expire on their own.
+            log.warning("leave_failed", error=str(error).splitlines()[0])
+    finally:
+        await engine.dispose()
+    log.info("shutdown_complete")
+
+
+async def _run(
+    service: Service,
+    api: ApiServer | None,
+    engine: AsyncEngine,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None,
+    task_status: anyio.abc.TaskStatus[None],
+) -> None:
+    """Every part of the daemon in one task group until the shutdown trigger; then the drain:
+    watchers stop, ingest commits and acks what it holds, runs get their grace period."""
+    settings = service.settings
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(watch_event_loop)
+        task_group.start_soon(service.notifier.run)
+        if service.spark_server is not None:
+            task_group.start_soon(service.spark_server.run)
+        # Seen before the first load, so a file written while it runs is loaded next.
+        seen = _snapshot(Path(settings.pipelines.dir))
+        await until_stored(lambda: service.reload(task_group), during="reload")
+        await until_stored(service.heartbeat, during="heartbeat")
+        if api is not None:
+            task_group.start_soon(api.run)
+        ingest_done = anyio.Event()
+        task_group.start_soon(_until_done, service.ingest.run(service._receive), ingest_done)
+        task_group.start_soon(partial(keep_running, service.scheduler.run, during="schedule"))
+        runs = anyio.create_task_group()
+        async with runs:
+            runs.start_soon(
+                partial(keep_running, partial(service.launcher.run, runs), during="launch")
+            )
+            async with anyio.create_task_group() as background:
+                background.start_soon(
+                    partial(
+                        keep_running,
+                        partial(_every, settings.daemon.heartbeat_interval_s, service.heartbeat),
+                        during="heartbeat",
+                    )
+                )
+                background.start_soon(_watch_folder, service, task_group, seen)
+                background.start_soon(listen, engine, service.on_notice)
+                task_status.started()
+                await (shutdown_trigger or _signalled)()
+                log.info("shutdown_started")
+                if api is not None:
+                    api.stop()
+                background.cancel_scope.cancel()
+            service.supervisor.stop()
+            service.launcher.stop_accepting()
+            with anyio.move_on_after(settings.daemon.shutdown_grace_s):
+                await ingest_done.wait()
+            service.supervisor.drained()
+            with anyio.move_on_after(settings.daemon.shutdown_grace_s):
+                await service.launcher.wait_idle()
+            service.launcher.interrupt()
+            await service.launcher.wait_idle()
+            with anyio.move_on_after(settings.daemon.shutdown_grace_s):
+                await service.notifier.drained()
+            task_group.cancel_scope.cancel()
+
+
+def _api_server(service: Service) -> ApiServer:
+    # Imported only when the API is enabled: the web stack is not needed otherwise.
+    from triggerer.service.api.server import api_server
+
+    return api_server(service)
+
+
+def _commits_in_flight(database_url: str) -> int:
+    if async_url(database_url).get_backend_name() == "sqlite":
+        return 1
+    return POSTGRESQL_COMMITS_IN_FLIGHT
+
+
+async def _until_done(work: Awaitable[None], done: anyio.Event) -> None:
+    try:
+        await work
+    finally:
+        done.set()
+
+
+async def _signalled() -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for received in signals:
+            log.info("signal_received", signal=received.name)
+            break
+    # A second signal means now: no more draining.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(1))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(1))
+
+
+async def _every(interval_s: float, action: Callable[[], Awaitable[None]]) -> None:
+    while True:
+        await anyio.sleep(interval_s)
+        await action()
+
+
+async def _watch_folder(
+    service: Service, task_group: anyio.abc.TaskGroup, seen: dict[str, float]
+) -> None:
+    """Reload when a ``.py`` file in the pipelines folder is added, changed or removed since
+    ``seen``."""
+    folder = Path(service.settings.pipelines.dir)
+    while True:
+        await anyio.sleep(service.settings.pipelines.reload_interval_s)
+        current = await anyio.to_thread.run_sync(_snapshot, folder)
+        if current != seen:
+            await until_stored(lambda: service.reload(task_group), during="reload")
+            seen = current
+
+
+async def _load(folder: Path) -> LoadedPipelines:
+    """``load_pipelines`` in a thread. A file whose import does not return (one that waits on
+    the network at import) holds up this load and every reload after it: logged, naming it."""
+    importing: list[Path] = []
+
+    async def report_slow() -> None:
+        started = anyio.current_time()
+        while True:
+            await anyio.sleep(SLOW_LOAD_S)
+            log.warning(
+                "pipeline_file_slow",
+                path=str(importing[-1]) if importing else str(folder),
+                loading_s=round(anyio.current_time() - started),
+                hint="its import has not returned; the pipelines folder is not reloaded meanwhile",
+            )
+
+    async with anyio.create_task_group() as reporting:
+        reporting.start_soon(report_slow)
+        loaded = await anyio.to_thread.run_sync(partial(load_pipelines, folder, importing.append))
+        reporting.cancel_scope.cancel()
+    return loaded
+
+
+def _snapshot(folder: Path) -> dict[str, float]:
+    """The modification time of each pipeline file the loader would import."""
+    if not folder.is_dir():
+        return {}
+    mtimes = {}
+    for path in pipeline_files(folder):
+        try:
+            mtimes[str(path)] = path.stat().st_mtime
+        # A symlink to nothing, or a file deleted since the folder was listed: the loader
+        # reports the first on its own, and the second is gone.
+        except OSError:
+            continue
+    return mtimes

@@ -1,0 +1,193 @@
+"""Why a pipeline has or has not run, as data: what ``triggerer explain`` prints and
+``GET /api/v1/pipelines/{pipeline_id}/explain`` returns.
+
+The asset condition is read from the schedule the daemon stored with the pipeline (the JSON of
+:meth:`triggerer.assets.BaseAsset.as_json`) and evaluated over the assets and aliases that have
+queued events, the way the scheduler evaluates it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from triggerer.service import queries
+from triggerer.service.store import models
+from triggerer.service.store.models import RefRole, RunState
+from triggerer.service.views import RunRow, View
+
+ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.UP_FOR_RETRY)
+
+
+class QueueState(View):
+    """The queued events of one asset (or alias) of the condition."""
+
+    name: str
+    uri: str | None
+    """Null for an alias."""
+    alias: bool
+    queued_events: int
+    queued_since: dt.datetime | None
+    """When the oldest of them was queued."""
+
+
+class Explanation(View):
+    pipeline_id: str
+    schedule: str
+    condition: Any
+    """The asset condition as a tree (``{"all": [{"asset": {...}}, ...]}``); null without one."""
+    condition_met: bool | None
+    """Whether the condition holds over the queued events; null without one."""
+    assets: list[QueueState]
+    """Each asset and alias of the condition: missing (0 queued events) or queued since when."""
+    paused: bool
+    active: bool
+    fileloc: str
+    error: str | None
+    error_at: dt.datetime | None
+    active_runs: int
+    max_active_runs: int
+    next_cron_at: dt.datetime | None
+    last_run: RunRow | None
+    reasons: list[str]
+    """Why it runs or waits, in words."""
+
+
+async def explain(session: AsyncSession, pipeline_id: str) -> Explanation:
+    """Why ``pipeline_id`` has or has not run; :class:`~.queries.NotFound` if unknown."""
+    pipeline = await queries.pipeline_model(session, pipeline_id)
+    states = [
+        *await _asset_states(session, pipeline_id),
+        *await _alias_states(session, pipeline_id),
+    ]
+    condition = condition_of(pipeline.schedule.get("schedule"))
+    met = None
+    if condition is not None:
+        met = holds(
+            condition,
+            {(s.name, s.uri) for s in states if s.queued_events and not s.alias},
+            {s.name for s in states if s.queued_events and s.alias},
+        )
+    active = await session.scalar(
+        select(func.count())
+        .select_from(models.Run)
+        .where(models.Run.pipeline_id == pipeline_id, models.Run.state.in_(ACTIVE_STATES))
+    )
+    last = await queries.runs(session, pipeline_id=pipeline_id, limit=1)
+    explanation = Explanation(
+        pipeline_id=pipeline_id,
+        schedule=pipeline.schedule_text,
+        condition=condition,
+        condition_met=met,
+        assets=states,
+        paused=pipeline.paused,
+        active=pipeline.is_active,
+        fileloc=pipeline.fileloc,
+        error=pipeline.error,
+        error_at=pipeline.error_at,
+        active_runs=active or 0,
+        max_active_runs=pipeline.max_active_runs,
+        next_cron_at=pipeline.next_cron_at,
+        last_run=last[0] if last else None,
+        reasons=[],
+    )
+    return explanation.model_copy(update={"reasons": _reasons(explanation)})
+
+
+def condition_of(schedule: Any) -> Any:
+    """The asset condition tree of a stored schedule, or ``None`` (cron only, manual)."""
+    if not isinstance(schedule, dict):
+        return None
+    if schedule.keys() & {"asset", "alias", "all", "any"}:
+        return schedule
+    return schedule.get("assets") or schedule.get("partitioned")
+
+
+def holds(condition: Any, assets: set[tuple[str, str | None]], aliases: set[str]) -> bool:
+    """Whether the condition tree holds when ``assets`` (name, uri) and ``aliases`` (names)
+    have queued events."""
+    if "asset" in condition:
+        return (condition["asset"]["name"], condition["asset"]["uri"]) in assets
+    if "alias" in condition:
+        return bool(condition["alias"]["name"] in aliases)
+    results = (holds(item, assets, aliases) for item in condition.get("all", condition.get("any")))
+    return all(results) if "all" in condition else any(results)
+
+
+def _reasons(explained: Explanation) -> list[str]:
+    reasons = []
+    if not explained.active:
+        reasons.append(f"inactive: its file {explained.fileloc} no longer defines it")
+    if explained.paused:
+        reasons.append("paused: no events are queued and no runs start")
+    if explained.error:
+        reasons.append(f"failing since {explained.error_at}: {explained.error}")
+    missing = [s.name for s in explained.assets if not s.queued_events]
+    if explained.condition_met is False:
+        reasons.append(f"waiting: no queued event of {', '.join(missing)}")
+    if explained.active_runs >= explained.max_active_runs:
+        reasons.append(
+            f"at max_active_runs ({explained.max_active_runs}): the next run starts when one ends"
+        )
+    elif explained.condition_met and not explained.paused and explained.active:
+        reasons.append("the condition holds: the scheduler creates a run at its next pass")
+    if explained.next_cron_at is not None:
+        reasons.append(f"next cron tick at {explained.next_cron_at}")
+    return reasons
+
+
+async def _asset_states(session: AsyncSession, pipeline_id: str) -> list[QueueState]:
+    rows = await session.execute(
+        select(
+            models.Asset.name,
+            models.Asset.uri,
+            func.count(models.QueuedEvent.id),
+            func.min(models.QueuedEvent.created_at),
+        )
+        .join(models.PipelineAssetRef, models.PipelineAssetRef.asset_id == models.Asset.id)
+        .outerjoin(
+            models.QueuedEvent,
+            (models.QueuedEvent.asset_id == models.Asset.id)
+            & (models.QueuedEvent.pipeline_id == pipeline_id),
+        )
+        .where(
+            models.PipelineAssetRef.pipeline_id == pipeline_id,
+            models.PipelineAssetRef.role == RefRole.SCHEDULE,
+        )
+        .group_by(models.Asset.id, models.Asset.name, models.Asset.uri)
+        .order_by(models.Asset.id)
+    )
+    return [
+        QueueState(name=name, uri=uri, alias=False, queued_events=count, queued_since=since)
+        for name, uri, count, since in rows.all()
+    ]
+
+
+async def _alias_states(session: AsyncSession, pipeline_id: str) -> list[QueueState]:
+    rows = await session.execute(
+        select(
+            models.AssetAlias.name,
+            func.count(models.QueuedEvent.id),
+            func.min(models.QueuedEvent.created_at),
+        )
+        .join(models.PipelineAliasRef, models.PipelineAliasRef.alias_id == models.AssetAlias.id)
+        .outerjoin(models.AssetAliasAsset, models.AssetAliasAsset.alias_id == models.AssetAlias.id)
+        .outerjoin(
+            models.QueuedEvent,
+            (models.QueuedEvent.asset_id == models.AssetAliasAsset.asset_id)
+            & (models.QueuedEvent.pipeline_id == pipeline_id),
+        )
+        .where(
+            models.PipelineAliasRef.pipeline_id == pipeline_id,
+            models.PipelineAliasRef.role == RefRole.SCHEDULE,
+        )
+        .group_by(models.AssetAlias.id, models.AssetAlias.name)
+        .order_by(models.AssetAlias.id)
+    )
+    return [
+        QueueState(name=name, uri=None, alias=True, queued_events=count, queued_since=since)
+        for name, count, since in rows.all()
+    ]

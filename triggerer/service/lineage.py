@@ -1,0 +1,106 @@
+"""The lineage graph: watchers feed assets, assets and aliases schedule pipelines, pipelines
+produce assets (directly or through aliases), aliases resolve to the assets added through them.
+
+Node ids are ``watcher:<asset id>:<name>``, ``asset:<id>``, ``alias:<id>`` and
+``pipeline:<pipeline id>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from triggerer.service.explain import condition_of
+from triggerer.service.store import models
+from triggerer.service.store.models import RefRole
+from triggerer.service.views import View
+
+
+class Node(View):
+    id: str
+    kind: Literal["watcher", "asset", "alias", "pipeline"]
+    name: str
+    uri: str | None = None
+    """Of an asset."""
+    state: str | None = None
+    """Of a watcher: its trigger's state."""
+    schedule: str | None = None
+    """Of a pipeline, as text."""
+    condition: Any = None
+    """Of a pipeline: its asset condition as a tree (see ``/pipelines/{id}/explain``)."""
+    paused: bool | None = None
+    active: bool | None = None
+
+
+class Edge(View):
+    source: str
+    target: str
+    kind: Literal["feeds", "schedules", "produces", "resolves"]
+    """watcher feeds asset; asset or alias schedules pipeline; pipeline produces asset or
+    alias; alias resolves to asset."""
+
+
+class Lineage(View):
+    nodes: list[Node]
+    edges: list[Edge]
+
+
+async def lineage(session: AsyncSession) -> Lineage:
+    """The whole graph of the definitions the daemon synced."""
+    assets = await session.scalars(select(models.Asset).order_by(models.Asset.id))
+    nodes = [
+        Node(id=f"asset:{row.id}", kind="asset", name=row.name, uri=row.uri) for row in assets.all()
+    ]
+    aliases = await session.scalars(select(models.AssetAlias).order_by(models.AssetAlias.id))
+    nodes.extend(
+        Node(id=f"alias:{alias.id}", kind="alias", name=alias.name) for alias in aliases.all()
+    )
+    edges: list[Edge] = []
+    watchers = await session.execute(
+        select(models.AssetWatcher.asset_id, models.AssetWatcher.name, models.Trigger.state)
+        .join(models.Trigger, models.Trigger.id == models.AssetWatcher.trigger_id)
+        .order_by(models.AssetWatcher.asset_id, models.AssetWatcher.name)
+    )
+    for asset_id, name, state in watchers.all():
+        watcher = f"watcher:{asset_id}:{name}"
+        nodes.append(Node(id=watcher, kind="watcher", name=name, state=state))
+        edges.append(Edge(source=watcher, target=f"asset:{asset_id}", kind="feeds"))
+    pipelines = await session.scalars(select(models.Pipeline).order_by(models.Pipeline.pipeline_id))
+    nodes.extend(
+        Node(
+            id=f"pipeline:{pipeline.pipeline_id}",
+            kind="pipeline",
+            name=pipeline.pipeline_id,
+            schedule=pipeline.schedule_text,
+            condition=condition_of(pipeline.schedule.get("schedule")),
+            paused=pipeline.paused,
+            active=pipeline.is_active,
+        )
+        for pipeline in pipelines.all()
+    )
+    asset_ref, alias_ref = models.PipelineAssetRef, models.PipelineAliasRef
+    for pipeline_column, ref_column, role_column, kind in (
+        (asset_ref.pipeline_id, asset_ref.asset_id, asset_ref.role, "asset"),
+        (alias_ref.pipeline_id, alias_ref.alias_id, alias_ref.role, "alias"),
+    ):
+        refs = await session.execute(
+            select(pipeline_column, ref_column, role_column)
+            .where(role_column.in_((RefRole.SCHEDULE, RefRole.OUTLET)))
+            .order_by(pipeline_column, ref_column)
+        )
+        for pipeline_id, ref_id, role in refs.all():
+            node, other = f"pipeline:{pipeline_id}", f"{kind}:{ref_id}"
+            if role == RefRole.SCHEDULE:
+                edges.append(Edge(source=other, target=node, kind="schedules"))
+            else:
+                edges.append(Edge(source=node, target=other, kind="produces"))
+    members = await session.execute(
+        select(models.AssetAliasAsset.alias_id, models.AssetAliasAsset.asset_id).order_by(
+            models.AssetAliasAsset.alias_id, models.AssetAliasAsset.asset_id
+        )
+    )
+    for alias_id, asset_id in members.all():
+        edges.append(Edge(source=f"alias:{alias_id}", target=f"asset:{asset_id}", kind="resolves"))
+    return Lineage(nodes=nodes, edges=edges)

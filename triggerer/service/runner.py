@@ -1,0 +1,191 @@
+"""The child process of one run: a SparkSession, the pipeline function, and its outlets.
+
+``python -m triggerer.service.runner SPEC RESULT`` reads the run spec
+(:mod:`triggerer.service.run_spec`), runs the pipeline and writes what it emitted to RESULT. Its
+stdout and stderr are the run log. In ``submit`` mode spark-submit runs this module as the
+application; on Spark Connect a run is a fork of ``triggerer.service.run_forker``, which calls
+:func:`main` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import runpy
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.errors import PySparkAttributeError, PySparkNotImplementedError
+
+from triggerer.assets import Asset
+from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
+from triggerer.pipelines import Metadata, Pipeline
+from triggerer.service.lifeline import die_with_parent
+from triggerer.service.loader import import_pipeline_file
+from triggerer.service.run_spec import RunSpec, SpecEvent
+
+# With pandas 3, PySpark 4 warns on each session that it "does not yet fully support pandas >=
+# 3.0.0": a FutureWarning no pipeline can act on, printed into every run's log (and the run
+# forker's, which imports this module before PySpark). Only that warning of PySpark's is
+# silenced; its other warnings and pandas' own still show.
+warnings.filterwarnings(
+    "ignore",
+    message="PySpark does not yet fully support pandas",
+    category=FutureWarning,
+    module=r"pyspark\.",
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(argv if argv is not None else sys.argv[1:])
+    # Started by the daemon (or forked by the run forker), this process is tied to it
+    # already; in submit mode it is the child of spark-submit's JVM, and goes with it.
+    die_with_parent()
+    spec_path, result_path = arguments[:2]
+    spec = RunSpec.read(Path(spec_path))
+    pipeline = _find_pipeline(spec.fileloc, spec.pipeline_id)
+    context = build_context(spec, pipeline)
+    spark = _spark_session(spec, pipeline)
+    try:
+        if pipeline.application is not None:
+            # An existing PySpark script: its getOrCreate() finds the session made here.
+            runpy.run_path(
+                str(Path(spec.fileloc).parent / pipeline.application), run_name="__main__"
+            )
+        else:
+            assert pipeline.function is not None  # noqa: S101 - Pipeline has one or the other
+            result = pipeline.function(spark, context)
+            for item in result if inspect.isgenerator(result) else ():
+                _apply(item, context)
+    except (PySparkAttributeError, PySparkNotImplementedError) as error:
+        if spec.spark.mode != "connect":
+            raise
+        raise ClassicSparkNeeded(
+            f"{error}\nPipeline {pipeline.pipeline_id!r} uses what only classic Spark has "
+            "(SparkContext, RDDs or the JVM), which Spark Connect does not offer: run it with "
+            '[spark] mode = "classic" (a JVM of its own per run) or "submit"'
+        ) from error
+    finally:
+        if spec.spark.mode != "submit":
+            spark.stop()  # a Connect session is released on the server, a local JVM ends
+    Path(result_path).write_text(json.dumps(collect_outlets(context)))
+    return 0
+
+
+class ClassicSparkNeeded(RuntimeError):
+    """A pipeline run on Spark Connect touched the classic-only API."""
+
+
+def build_context(spec: RunSpec, pipeline: Pipeline) -> RunContext:
+    """The :class:`RunContext` a run spec describes."""
+    triggering: dict[Asset, list[AssetEvent]] = {}
+    for event in map(_event, spec.triggering_events):
+        triggering.setdefault(event.asset, []).append(event)
+    database_url = spec.database_url
+    return RunContext(
+        run_id=spec.run_id,
+        pipeline_id=spec.pipeline_id,
+        triggering_asset_events=triggering,
+        inlet_events=InletEvents(
+            pipeline.inlets, lambda asset: asyncio.run(_inlet_events(database_url, asset))
+        ),
+        outlet_events=OutletEvents(pipeline.outlets),
+        params=spec.params,
+        partition_key=spec.partition_key,
+        try_number=spec.try_number,
+    )
+
+
+def collect_outlets(context: RunContext) -> dict[str, Any]:
+    """What the run emits, as JSON: extras per outlet asset and additions through aliases."""
+    return {
+        "assets": [
+            {"name": o.asset.name, "uri": o.asset.uri, "extra": o.extra}
+            for o in context.outlet_events.assets()
+        ],
+        "alias_adds": [
+            {"alias": a.alias.name, "name": asset.name, "uri": asset.uri, "extra": extra}
+            for a in context.outlet_events.aliases()
+            for asset, extra in a.added
+        ],
+    }
+
+
+def _apply(item: object, context: RunContext) -> None:
+    if not isinstance(item, Metadata):
+        raise TypeError(f"a pipeline may only yield Metadata, got {type(item).__name__}")
+    if item.alias is not None:
+        context.outlet_events[item.alias].add(item.asset, extra=item.extra)
+    else:
+        context.outlet_events[item.asset].extra.update(item.extra)
+
+
+def _event(event: SpecEvent) -> AssetEvent:
+    return AssetEvent(
+        id=event.id,
+        asset=Asset(event.asset.name, event.asset.uri),
+        extra=event.extra,
+        timestamp=event.timestamp,
+        source=event.source,
+        partition_key=event.partition_key,
+        source_run_id=event.source_run_id,
+    )
+
+
+async def _inlet_events(database_url: str, asset: Asset) -> list[AssetEvent]:
+    from sqlalchemy import select
+
+    from triggerer.service.store import create_engine, models
+
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            rows = await connection.execute(
+                select(models.AssetEvent)
+                .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+                .where(models.Asset.name == asset.name, models.Asset.uri == asset.uri)
+                .order_by(models.AssetEvent.id)
+            )
+            return [
+                AssetEvent(r.id, asset, r.extra, r.timestamp, r.source, r.partition_key)
+                for r in rows.all()
+            ]
+    finally:
+        await engine.dispose()
+
+
+def _find_pipeline(fileloc: str, pipeline_id: str) -> Pipeline:
+    pipelines = import_pipeline_file(Path(fileloc))
+    if pipeline_id not in pipelines:
+        raise LookupError(f"pipeline {pipeline_id!r} is no longer defined in {fileloc}")
+    return pipelines[pipeline_id]
+
+
+def _spark_session(spec: RunSpec, pipeline: Pipeline) -> Any:
+    from pyspark.sql import SparkSession
+
+    spark = spec.spark
+    builder = SparkSession.builder.appName(spec.run_id)
+    if spark.mode == "connect":
+        assert spark.remote is not None  # noqa: S101 - the launcher sets it for connect mode
+        # Also where an application script's own SparkSession.builder looks.
+        os.environ["SPARK_REMOTE"] = spark.remote
+        builder = builder.remote(spark.remote)
+    conf = {**spark.conf, **pipeline.spark_conf}
+    if spark.mode == "classic":
+        from triggerer.service.processes import spark_conf
+
+        builder = builder.master(spark.master).config("spark.ui.enabled", "false")
+        conf = spark_conf(spark.master, conf)  # a local JVM listens on loopback
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,516 @@
+"""Tables of the metadata database.
+
+Assets and their events, triggers and their watchers, pipelines with the assets they consume and
+produce, the per-consumer event queue, runs with the exact events each consumed, and the rows
+that coordinate several daemon instances (instances, leases).
+
+Invariants the database enforces, so that no code path can break them:
+
+- ``asset_event (asset_id, dedup_key)`` is unique: a redelivered message gives no second event
+  (events without a dedup key never conflict, as SQL ``NULL`` is distinct from every value).
+- ``run.run_id`` is unique: a run is never created twice.
+- ``run_event (pipeline_id, event_id)`` is unique: an event is consumed by at most one run of a
+  pipeline, however many schedulers race for it.
+- Foreign keys hold on SQLite too (``PRAGMA foreign_keys=ON``, see
+  :mod:`triggerer.service.store.engine`).
+
+States and kinds are plain strings restricted by CHECK constraints (no PostgreSQL enum types, so
+adding a value is a one-line migration); the allowed values are the ``StrEnum`` classes below.
+Integer columns that refer to ``run.id`` are named ``*run_pk`` to keep them apart from the text
+key ``run.run_id``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine.default import DefaultExecutionContext
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from triggerer.service.store.types import BigId, Json, UtcDateTime, utcnow
+
+NAMING_CONVENTION: dict[str, str] = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Constraint names are derived from tables and columns, so migrations can address them."""
+
+NAME_LENGTH = 1500
+"""Longest asset or alias name, URI, group and dedup key (the asset URI contract)."""
+
+ID_LENGTH = 250
+"""Longest pipeline id, run id, instance id, lease name and partition key."""
+
+
+class TriggerState(enum.StrEnum):
+    """Runtime state of a trigger's watcher, as reported by the instance running it."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class EventSource(enum.StrEnum):
+    """What created an asset event."""
+
+    TRIGGER = "trigger"
+    REST_API = "rest_api"
+    RUN = "run"
+    CLI = "cli"
+    MANUAL = "manual"
+
+
+class RefRole(enum.StrEnum):
+    """How a pipeline refers to an asset or alias."""
+
+    SCHEDULE = "schedule"
+    OUTLET = "outlet"
+    INLET = "inlet"
+
+
+class RunPolicy(enum.StrEnum):
+    """How queued events are grouped into runs."""
+
+    COALESCE = "coalesce"
+    PER_EVENT = "per_event"
+
+
+class RunType(enum.StrEnum):
+    """Why a run was created."""
+
+    ASSET = "asset"
+    MANUAL = "manual"
+    CRON = "cron"
+    REST = "rest"
+
+
+class RunState(enum.StrEnum):
+    """Life cycle of a run."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    UP_FOR_RETRY = "up_for_retry"
+
+
+def _one_of(column: str, values: type[enum.StrEnum]) -> CheckConstraint:
+    allowed = ", ".join(f"'{value}'" for value in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=column)
+
+
+def _digest(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def trigger_key(classpath: str, kwargs: Mapping[str, Any]) -> str:
+    """The identity of a trigger: SHA-256 (hex) of the canonical JSON of ``[classpath, kwargs]``.
+
+    Equal ``serialize()`` results give the same key however the kwargs are ordered, so assets
+    watching the same trigger share one row. A digest rather than the JSON itself keeps the
+    unique index small whatever the kwargs hold.
+    """
+    return _digest([classpath, dict(kwargs)])
+
+
+def asset_identity_key(name: str, uri: str) -> str:
+    """The identity of an asset: SHA-256 (hex) of the JSON of ``[name, uri]``.
+
+    A unique index on the two 1500-character columns themselves could exceed PostgreSQL's
+    B-tree row limit (2704 bytes); the digest cannot.
+    """
+    return _digest([name, uri])
+
+
+def _default_identity_key(context: DefaultExecutionContext) -> str:
+    # SQLAlchemy leaves this method unannotated; it returns the row's parameters as a dict.
+    row: dict[str, Any] = context.get_current_parameters()  # type: ignore[no-untyped-call]
+    return asset_identity_key(row["name"], row["uri"])
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table; its ``metadata`` is what migrations are compared to."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Asset(Base):
+    """A data asset, identified by ``(name, uri)``; ``extra`` is not part of its identity.
+
+    ``identity_key`` is :func:`asset_identity_key` of ``(name, uri)``, filled in on insert; it
+    carries the uniqueness of the pair (and is the conflict target of an upsert).
+    """
+
+    __tablename__ = "asset"
+    __table_args__ = (Index("ix_asset_uri", "uri"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    uri: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    identity_key: Mapped[str] = mapped_column(
+        String(64), unique=True, default=_default_identity_key
+    )
+    group: Mapped[str] = mapped_column(String(NAME_LENGTH), default="asset")
+    extra: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+
+class AssetAlias(Base):
+    """A name that runs resolve to concrete assets at run time."""
+
+    __tablename__ = "asset_alias"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    group: Mapped[str] = mapped_column(String(NAME_LENGTH), default="asset")
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AssetAliasAsset(Base):
+    """An asset that was added through an alias at least once."""
+
+    __tablename__ = "asset_alias_asset"
+    __table_args__ = (Index("ix_asset_alias_asset_asset_id", "asset_id"),)
+
+    alias_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_alias.id", ondelete="CASCADE"), primary_key=True
+    )
+    asset_id: Mapped[int] = mapped_column(
+        ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class Trigger(Base):
+    """One trigger instance per distinct ``serialize()``, with its watcher's runtime state.
+
+    ``key`` is :func:`trigger_key` of ``(classpath, kwargs)``. The state columns are written by
+    the instance running the watcher (``instance_id``, the last one to report); with several
+    instances consuming the same queue, the latest report wins.
+    """
+
+    __tablename__ = "trigger"
+    __table_args__ = (_one_of("state", TriggerState),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    classpath: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    kwargs: Mapped[dict[str, Any]] = mapped_column(Json)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    state: Mapped[str] = mapped_column(String(16), default=TriggerState.STARTING.value)
+    #: When the watcher last asked its source (a poll that found nothing included); for a
+    #: trigger that does not say, its last event.
+    last_poll_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    last_event_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    restart_count: Mapped[int] = mapped_column(default=0)
+    lag: Mapped[int | None] = mapped_column(BigInteger)
+    instance_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+
+class AssetWatcher(Base):
+    """A named watcher: events of ``trigger_id`` become events of ``asset_id``."""
+
+    __tablename__ = "asset_watcher"
+    __table_args__ = (Index("ix_asset_watcher_trigger_id", "trigger_id"),)
+
+    asset_id: Mapped[int] = mapped_column(
+        ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    trigger_id: Mapped[int] = mapped_column(ForeignKey("trigger.id", ondelete="CASCADE"))
+
+
+class AssetEvent(Base):
+    """An update of an asset.
+
+    ``dedup_key`` (e.g. SQS queue + MessageId, Kafka topic/partition/offset@timestamp) is
+    unique per asset: the exactly-once key of redelivered messages. The producer, when known,
+    is kept in ``source_trigger_id`` or ``source_run_pk`` and set to NULL if that row is deleted.
+    """
+
+    __tablename__ = "asset_event"
+    __table_args__ = (
+        UniqueConstraint("asset_id", "dedup_key"),
+        Index("ix_asset_event_asset_id_id", "asset_id", "id"),
+        Index("ix_asset_event_source_trigger_id", "source_trigger_id"),
+        Index("ix_asset_event_source_run_pk", "source_run_pk"),
+        _one_of("source", EventSource),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
+    extra: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    source: Mapped[str] = mapped_column(String(16))
+    source_trigger_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trigger.id", ondelete="SET NULL")
+    )
+    source_run_pk: Mapped[int | None] = mapped_column(
+        BigId, ForeignKey("run.id", ondelete="SET NULL")
+    )
+    dedup_key: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    partition_key: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    timestamp: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class DeadLetter(Base):
+    """An event the store could not hold (a payload or key the database rejects), kept with
+    the reason so its message can be acked instead of holding back every event after it.
+
+    ``payload`` is the event's extra as text; ``(asset_id, dedup_key)`` is unique, so a
+    redelivered poison message is one dead letter.
+    """
+
+    __tablename__ = "dead_letter"
+    __table_args__ = (UniqueConstraint("asset_id", "dedup_key"), _one_of("source", EventSource))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    asset_id: Mapped[int | None] = mapped_column(ForeignKey("asset.id", ondelete="SET NULL"))
+    trigger_id: Mapped[int | None] = mapped_column(ForeignKey("trigger.id", ondelete="SET NULL"))
+    source: Mapped[str] = mapped_column(String(16))
+    dedup_key: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    partition_key: Mapped[str | None] = mapped_column(Text)
+    payload: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AssetEventAlias(Base):
+    """An event emitted through an alias (one event may come through several)."""
+
+    __tablename__ = "asset_event_alias"
+    __table_args__ = (Index("ix_asset_event_alias_alias_id", "alias_id"),)
+
+    event_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True
+    )
+    alias_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_alias.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class Pipeline(Base):
+    """A pipeline found in the pipelines folder.
+
+    ``schedule`` is a JSON description of the schedule (what the scheduler evaluates) and
+    ``schedule_text`` its human-readable form. ``partitioned`` pipelines consume only events
+    with a partition key, the others only events without one. ``is_active`` turns false when
+    the file defining the pipeline is gone; the row and its history are kept. ``next_cron_at``
+    is the next tick of a cron-based schedule, NULL otherwise. ``error`` (since ``error_at``)
+    says why evaluating the pipeline fails, NULL while it works.
+    """
+
+    __tablename__ = "pipeline"
+    __table_args__ = (_one_of("run_policy", RunPolicy),)
+
+    pipeline_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    fileloc: Mapped[str] = mapped_column(Text)
+    schedule: Mapped[dict[str, Any]] = mapped_column(Json)
+    schedule_text: Mapped[str] = mapped_column(Text)
+    paused: Mapped[bool] = mapped_column(default=False)
+    is_active: Mapped[bool] = mapped_column(default=True)
+    partitioned: Mapped[bool] = mapped_column(default=False)
+    max_active_runs: Mapped[int] = mapped_column(default=16)
+    run_policy: Mapped[str] = mapped_column(String(16), default=RunPolicy.COALESCE.value)
+    max_events_per_run: Mapped[int | None] = mapped_column()
+    retries: Mapped[int] = mapped_column(default=0)
+    next_cron_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+    error_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+
+class PipelineImportError(Base):
+    """A file of the pipelines folder that failed to load (or a folder that cannot be read),
+    as of the last load of the folder: one row per file, gone once it loads again.
+
+    ``key`` is :func:`import_error_key` of ``fileloc`` (a path may be longer than a unique
+    index holds). ``line`` is the line in the file where it failed, when known; ``traceback``
+    the last frames of the traceback. ``error_at`` is when this error (message and line) was
+    first reported; ``updated_at`` when a load last reported it.
+    """
+
+    __tablename__ = "import_error"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fileloc: Mapped[str] = mapped_column(Text)
+    line: Mapped[int | None] = mapped_column()
+    error: Mapped[str] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+    error_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+
+def import_error_key(fileloc: str) -> str:
+    """The identity of an import error: SHA-256 (hex) of the JSON of its path."""
+    return _digest(fileloc)
+
+
+class PipelineAssetRef(Base):
+    """A pipeline's use of an asset: scheduled on it, producing it, or reading it."""
+
+    __tablename__ = "pipeline_asset_ref"
+    __table_args__ = (
+        Index("ix_pipeline_asset_ref_asset_id_role", "asset_id", "role"),
+        _one_of("role", RefRole),
+    )
+
+    pipeline_id: Mapped[str] = mapped_column(
+        ForeignKey("pipeline.pipeline_id", ondelete="CASCADE"), primary_key=True
+    )
+    asset_id: Mapped[int] = mapped_column(
+        ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True
+    )
+    role: Mapped[str] = mapped_column(String(16), primary_key=True)
+
+
+class PipelineAliasRef(Base):
+    """A pipeline's use of an asset alias: scheduled on it, producing or reading through it."""
+
+    __tablename__ = "pipeline_alias_ref"
+    __table_args__ = (
+        Index("ix_pipeline_alias_ref_alias_id_role", "alias_id", "role"),
+        _one_of("role", RefRole),
+    )
+
+    pipeline_id: Mapped[str] = mapped_column(
+        ForeignKey("pipeline.pipeline_id", ondelete="CASCADE"), primary_key=True
+    )
+    alias_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_alias.id", ondelete="CASCADE"), primary_key=True
+    )
+    role: Mapped[str] = mapped_column(String(16), primary_key=True)
+
+
+class QueuedEvent(Base):
+    """An event waiting to be consumed by one consuming pipeline.
+
+    ``asset_id`` repeats the event's asset so conditions are evaluated from this table alone;
+    it has no foreign key of its own: deleting an asset deletes its events, and their queue
+    rows through ``event_id``. ``partition_key`` is the event's key after the pipeline's
+    partition mapper.
+    """
+
+    __tablename__ = "queued_event"
+    __table_args__ = (
+        UniqueConstraint("pipeline_id", "event_id"),
+        Index("ix_queued_event_pipeline_id_id", "pipeline_id", "id"),
+        # The scheduler's "has this asset a queued event for this pipeline" probe.
+        Index("ix_queued_event_pipeline_id_asset_id_id", "pipeline_id", "asset_id", "id"),
+        Index("ix_queued_event_event_id", "event_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    pipeline_id: Mapped[str] = mapped_column(ForeignKey("pipeline.pipeline_id", ondelete="CASCADE"))
+    asset_id: Mapped[int]
+    event_id: Mapped[int] = mapped_column(BigId, ForeignKey("asset_event.id", ondelete="CASCADE"))
+    partition_key: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Run(Base):
+    """A run of a pipeline.
+
+    ``run_id`` is the unique run key. ``logical_date`` is NULL for asset-triggered runs.
+    ``try_number`` counts started attempts, up to ``max_tries``. ``owner`` is the id of the
+    instance executing the run and ``heartbeat_at`` its last sign of life.
+    """
+
+    __tablename__ = "run"
+    __table_args__ = (
+        # Lets run_event name (run, pipeline) in one foreign key, so its pipeline_id is the run's.
+        UniqueConstraint("id", "pipeline_id"),
+        Index("ix_run_pipeline_id_state", "pipeline_id", "state"),
+        Index("ix_run_state", "state"),
+        _one_of("run_type", RunType),
+        _one_of("state", RunState),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(ID_LENGTH), unique=True)
+    pipeline_id: Mapped[str] = mapped_column(ForeignKey("pipeline.pipeline_id", ondelete="CASCADE"))
+    run_type: Mapped[str] = mapped_column(String(16))
+    logical_date: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    partition_key: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    state: Mapped[str] = mapped_column(String(16), default=RunState.QUEUED.value)
+    try_number: Mapped[int] = mapped_column(default=0)
+    max_tries: Mapped[int] = mapped_column(default=1)
+    params: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    start_date: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    end_date: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    next_try_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    owner: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    log_path: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class RunEvent(Base):
+    """An event consumed by a run; unique per ``(pipeline_id, event_id)``."""
+
+    __tablename__ = "run_event"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["run_pk", "pipeline_id"], ["run.id", "run.pipeline_id"], ondelete="CASCADE"
+        ),
+        UniqueConstraint("pipeline_id", "event_id"),
+        Index("ix_run_event_event_id", "event_id"),
+    )
+
+    run_pk: Mapped[int] = mapped_column(BigId, primary_key=True)
+    event_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True
+    )
+    pipeline_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+
+
+class Instance(Base):
+    """A running daemon process; ``heartbeat_at`` is what ``triggerer check`` reads."""
+
+    __tablename__ = "instance"
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column()
+    started_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Lease(Base):
+    """A named lease held by one instance until ``expires_at`` unless renewed.
+
+    Used for triggers that cannot be shared and for singleton jobs; on PostgreSQL it is claimed
+    with ``SELECT ... FOR UPDATE SKIP LOCKED``.
+    """
+
+    __tablename__ = "lease"
+
+    name: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(ID_LENGTH))
+    acquired_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
