@@ -30,6 +30,7 @@ ui: $(UI_BUILT)
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(INSTALLED)
 	$(BIN)/mypy

@@ -42,6 +42,7 @@ from deploy.local.services import free_port
 from tests.benchmarks.bench_daemon import DEFAULT_PG_URL, database
 from tests.benchmarks.report import publish
 from triggerer.service.api.schemas import NewAssetEvent  # noqa: TC001  # FastAPI reads it at runtime
+from triggerer.service.api.server import api_server
 from triggerer.service.config import LoggingSettings, Settings
 from triggerer.service.daemon.service import serve
 from triggerer.service.events import NewEvent, record_events
@@ -195,7 +196,12 @@ async def measure(backend: str, args: argparse.Namespace, workdir: Path) -> dict
         stop = anyio.Event()
         async with anyio.create_task_group() as group:
             await group.start(
-                partial(serve, settings(folder, database_url, port), shutdown_trigger=stop.wait)
+                partial(
+                    serve,
+                    settings(folder, database_url, port),
+                    api=api_server,
+                    shutdown_trigger=stop.wait,
+                )
             )
             base = f"http://127.0.0.1:{port}/api/v1"
             limits = httpx.Limits(max_connections=CLIENTS)

@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaProducer
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from triggerer.service.api.server import api_server
 from triggerer.service.config import Settings
 from triggerer.service.daemon.service import serve
 from triggerer.service.store import create_engine, models, session_factory
@@ -77,7 +78,7 @@ async def running_daemon(settings: Settings) -> AsyncIterator[None]:
     """The daemon runs in the background of the ``async with`` body, then shuts down."""
     stop = anyio.Event()
     async with anyio.create_task_group() as group:
-        await group.start(partial(serve, settings, shutdown_trigger=stop.wait))
+        await group.start(partial(serve, settings, api=api_server, shutdown_trigger=stop.wait))
         try:
             yield
         finally:

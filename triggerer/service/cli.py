@@ -224,10 +224,14 @@ def _listing(rows_of: ReadRows, columns: tuple[str, ...], *, cut: tuple[str, ...
 async def _run(settings: Settings, _: argparse.Namespace) -> int:
     import structlog
 
-    from triggerer.service.daemon.service import serve
+    from triggerer.service.daemon.service import Server, Service, serve
+
+    api: Callable[[Service], Server] | None = None
+    if settings.api.enabled:  # the web stack is imported only when the API is served
+        from triggerer.service.api.server import api_server as api
 
     try:
-        await serve(settings)
+        await serve(settings, api=api)
     except (CliError, LookupError, ValueError):  # a ConfigError is a ValueError
         raise  # a setting to change: main() says which, in one line
     except Exception:  # noqa: BLE001

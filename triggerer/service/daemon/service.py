@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import structlog
@@ -50,7 +50,6 @@ SLOW_LOAD_S = 10.0
 """How long loading the pipelines folder may take before the file being imported is logged."""
 
 if TYPE_CHECKING:
-    from triggerer.service.api.server import ApiServer
     from triggerer.service.config import Settings
     from triggerer.service.events import Recorded
 
@@ -256,16 +255,27 @@ class Service:
             metrics.queued_events(dict(queued.all()), set(self.registry.pipelines))
 
 
+class Server(Protocol):
+    """A server run beside the daemon's parts: the REST API."""
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 async def serve(
     settings: Settings,
     *,
+    api: Callable[[Service], Server] | None = None,
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until ``shutdown_trigger`` returns (default: SIGTERM or SIGINT).
 
-    ``task_status.started()`` is called once the database is migrated, the pipelines are
-    loaded and every part is running, the REST API too when ``[api] enabled``. A store that is
+    ``api`` makes the REST API's server of the daemon's parts (the API is a layer above the
+    daemon: ``triggerer run`` passes :func:`triggerer.service.api.server.api_server`); it is
+    served when ``[api] enabled``. ``task_status.started()`` is called once the database is
+    migrated, the pipelines are loaded and every part is running, the REST API too. A store that is
     down at start is waited for; one that goes away later stops nothing: every loop that uses
     it retries until it is back.
     """
@@ -283,9 +293,9 @@ async def serve(
     try:
         await until_stored(service.recover, during="recover")
         # Bound before anything runs: a port in use stops the start with one clear error.
-        api = _api_server(service) if settings.api.enabled else None
+        server = api(service) if api is not None and settings.api.enabled else None
         with kafka_fetcher.sharing(service.kafka), sqs_session.sharing(service.sqs):
-            await _run(service, api, engine, shutdown_trigger, task_status)
+            await _run(service, server, engine, shutdown_trigger, task_status)
         try:
             await service.leave()
         except STORE_ERRORS as error:
@@ -298,7 +308,7 @@ async def serve(
 
 async def _run(
     service: Service,
-    api: ApiServer | None,
+    api: Server | None,
     engine: AsyncEngine,
     shutdown_trigger: Callable[[], Awaitable[object]] | None,
     task_status: anyio.abc.TaskStatus[None],
@@ -353,13 +363,6 @@ async def _run(
             with anyio.move_on_after(settings.daemon.shutdown_grace_s):
                 await service.notifier.drained()
             task_group.cancel_scope.cancel()
-
-
-def _api_server(service: Service) -> ApiServer:
-    # Imported only when the API is enabled: the web stack is not needed otherwise.
-    from triggerer.service.api.server import api_server
-
-    return api_server(service)
 
 
 def _commits_in_flight(database_url: str) -> int:
