@@ -6,7 +6,7 @@ import abc
 import dataclasses
 import importlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -30,13 +30,16 @@ class TriggerEvent:
     ``payload`` is stored in the asset event's ``extra``; it must be JSON-serialisable.
     ``dedup_key`` makes a redelivered message produce no second event. ``ack`` is awaited only
     after the event is committed to the metadata database. ``partition_key`` routes the event
-    to partitioned pipelines.
+    to partitioned pipelines. ``sent_at`` is when the source took the message in (epoch
+    seconds, as the broker stamped it), if it says: the daemon measures from it how long a
+    message takes to become an event (``triggerer_message_to_committed_seconds``).
     """
 
     payload: Any
     dedup_key: str | None = dataclasses.field(default=None, kw_only=True)
     ack: Ack | None = dataclasses.field(default=None, kw_only=True, repr=False, compare=False)
     partition_key: str | None = dataclasses.field(default=None, kw_only=True)
+    sent_at: float | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         check_json(self.payload, "TriggerEvent payload")
@@ -49,6 +52,7 @@ class TriggerEvent:
         dedup_key: str | None = None,
         ack: Ack | None = None,
         partition_key: str | None = None,
+        sent_at: float | None = None,
     ) -> TriggerEvent:
         """An event whose payload holds only values decoded from JSON text, so is not checked.
 
@@ -61,6 +65,7 @@ class TriggerEvent:
         set_field(event, "dedup_key", dedup_key)
         set_field(event, "ack", ack)
         set_field(event, "partition_key", partition_key)
+        set_field(event, "sent_at", sent_at)
         return event
 
 
@@ -108,6 +113,13 @@ class BaseEventTrigger(abc.ABC):
         default) when unknown. The daemon reads it at every heartbeat, so it must be cheap: keep
         a value that ``run`` updates rather than asking the source here."""
         return None
+
+    @property
+    def lag_by_partition(self) -> Mapping[tuple[str, int], int]:
+        """The parts of :attr:`lag` for a source of partitioned topics: ``(topic, partition)``
+        to messages (``triggerer_kafka_consumer_lag``); empty (the default) when there are
+        none or they are unknown. Read at every heartbeat, like :attr:`lag`."""
+        return {}
 
     _last_poll_at: datetime | None = None
 

@@ -1,37 +1,31 @@
-"""The metrics module's pure parts: broker timestamps of payloads, series that go away, the
+"""The metrics module's pure parts: the time from a message's source, series that go away, the
 ages of a watcher's last poll and last event."""
 
 from __future__ import annotations
 
+import math
+import time
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from prometheus_client import REGISTRY
 
 from triggerer.service import metrics
 from triggerer.service.daemon.supervisor import WatcherStatus
 
-KAFKA = {"topic": "t", "partition": 0, "offset": 7, "key": None, "value": 1, "headers": {}}
-SQS = {"message_id": "m", "body": "b", "message_attributes": {}}
 
+def test_message_to_committed_is_measured_from_what_the_source_said() -> None:
+    def measured() -> tuple[float, float]:
+        name = "triggerer_message_to_committed_seconds"
+        count = REGISTRY.get_sample_value(f"{name}_count") or 0.0
+        return count, REGISTRY.get_sample_value(f"{name}_sum") or 0.0
 
-@pytest.mark.parametrize(
-    ("payload", "expected"),
-    [
-        ({**KAFKA, "timestamp": 1_773_650_000_123}, 1_773_650_000.123),
-        ({**KAFKA, "timestamp": -1}, None),  # a record without a timestamp
-        ({**SQS, "attributes": {"SentTimestamp": "1773650000123"}}, 1_773_650_000.123),
-        ({**SQS, "attributes": {}}, None),
-        ({**SQS, "attributes": {"SentTimestamp": "²"}}, None),  # a digit, not a decimal one
-        ({**SQS, "attributes": {"SentTimestamp": "9" * 5000}}, None),  # too long for int()
-        ({**KAFKA, "timestamp": 10**400}, None),  # too large for a float
-        ({"order": 1, "timestamp": 1_773_650_000_123}, None),  # replaced by apply_function
-        ([1, 2], None),
-        (None, None),
-    ],
-)
-def test_broker_time_of_kafka_and_sqs_payloads(payload: object, expected: float | None) -> None:
-    assert metrics.broker_time_s(payload) == expected
+    count, total = measured()
+    # A second ago, unknown, and two figures that are no time (a trigger's own values).
+    metrics.committed([time.time() - 1.0, None, math.nan, math.inf], batch_seconds=0.01)
+
+    new_count, new_total = measured()
+    assert new_count == count + 1
+    assert 1.0 <= new_total - total < 60.0
 
 
 def test_queued_events_of_pipelines_that_are_gone_are_removed() -> None:

@@ -14,7 +14,7 @@ from collections import Counter as Tally
 from collections.abc import Mapping
 from datetime import datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -41,8 +41,8 @@ DEAD_LETTERS = Counter(
 )
 MESSAGE_TO_COMMITTED = Histogram(
     "triggerer_message_to_committed_seconds",
-    "From a message's broker timestamp (Kafka record timestamp, SQS SentTimestamp) to the "
-    "commit of its events",
+    "From when a message's source took it in (a trigger event's sent_at: Kafka's record "
+    "timestamp, SQS's SentTimestamp) to the commit of its events",
     buckets=_SECONDS,
 )
 INGEST_BATCH_SIZE = Histogram(
@@ -144,11 +144,6 @@ _partitions: dict[str, set[tuple[str, str]]] = {}
 _watchers: dict[int, tuple[str, str]] = {}
 _FINAL_STATES = (RunState.SUCCESS, RunState.FAILED)
 _source = attrgetter("source")
-# Kafka stamps records in milliseconds since the epoch; -1 (no timestamp) and other values
-# outside these are not broker times (a custom trigger's payload may hold anything there).
-_BROKER_TIMES_MS = range(1_000_000_000_000, 100_000_000_000_000)
-
-
 def events_recorded(recorded: Recorded) -> None:
     """Count committed events by source, and the duplicates their batch absorbed."""
     if recorded.duplicates:
@@ -157,34 +152,15 @@ def events_recorded(recorded: Recorded) -> None:
         _STORED[source].inc(count)
 
 
-def broker_time_s(payload: Any) -> float | None:
-    """When the broker received the message of a Kafka or SQS watcher's ``payload``, as epoch
-    seconds; ``None`` for other payloads (another trigger, or one an ``apply_function`` or
-    ``transform`` replaced)."""
-    if type(payload) is not dict:
-        return None
-    if "offset" in payload:  # Kafka: {"topic", "partition", "offset", ..., "timestamp"}
-        stamp = payload.get("timestamp")
-    elif "message_id" in payload:  # SQS: {"message_id", ..., "attributes": {"SentTimestamp"}}
-        attributes = payload.get("attributes")
-        stamp = attributes.get("SentTimestamp") if type(attributes) is dict else None
-        if type(stamp) is str and len(stamp) <= 15 and stamp.isascii() and stamp.isdigit():
-            stamp = int(stamp)
-    else:
-        return None
-    if type(stamp) is not int or stamp not in _BROKER_TIMES_MS:
-        return None
-    return stamp / 1000
-
-
-def committed(payloads: list[Any], batch_seconds: float) -> None:
-    """An ingest batch of messages with these payloads committed after ``batch_seconds``."""
-    INGEST_BATCH_SIZE.observe(len(payloads))
+def committed(sent_at: list[float | None], batch_seconds: float) -> None:
+    """An ingest batch of messages committed after ``batch_seconds``; ``sent_at``: when each
+    message's source took it in (:attr:`triggerer.TriggerEvent.sent_at`), where it says."""
+    INGEST_BATCH_SIZE.observe(len(sent_at))
     INGEST_COMMIT.observe(batch_seconds)
     now = time.time()
-    for payload in payloads:
-        sent = broker_time_s(payload)
-        if sent is not None:
+    for sent in sent_at:
+        # A trigger's own figure: one that is no time at all (NaN, infinite) is left out.
+        if sent is not None and math.isfinite(sent):
             MESSAGE_TO_COMMITTED.observe(max(0.0, now - sent))
 
 

@@ -117,7 +117,7 @@ class Ingest:
         letters += [Unstorable(event, reason) for event, reason in rejected]
         if letters:
             await self._dead_letter(letters)
-        metrics.committed([event.payload for _, event in batch], anyio.current_time() - started)
+        metrics.committed([event.sent_at for _, event in batch], anyio.current_time() - started)
         for part, stored in written:
             self.events_recorded += len(part.events)
             self.duplicates += part.duplicates

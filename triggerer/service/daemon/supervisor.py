@@ -89,8 +89,7 @@ class Supervisor:
 
     def sample(self) -> None:
         """Copy each running trigger's ``lag`` and ``last_poll_at`` into its status, for the
-        heartbeat to report, and its lag per partition (a KafkaTrigger's ``lag_by_partition``)
-        into the metrics."""
+        heartbeat to report, and its ``lag_by_partition`` into the metrics."""
         for trigger_id, trigger in self._running.items():
             status = self.status.get(trigger_id)
             if status is None:
@@ -99,7 +98,7 @@ class Supervisor:
             # heartbeat reports its lag as unknown.
             try:
                 lag = trigger.lag
-                by_partition = _partition_lags(getattr(trigger, "lag_by_partition", None))
+                by_partition = _partition_lags(trigger.lag_by_partition)
             except Exception as error:  # noqa: BLE001
                 log.warning("trigger_lag_failed", trigger_id=trigger_id, error=repr(error))
                 lag, by_partition = None, {}
@@ -273,10 +272,8 @@ def lease_name(trigger_id: int) -> str:
 
 
 def _partition_lags(value: object) -> dict[tuple[str, int], int]:
-    """A trigger's ``lag_by_partition`` (``None`` when it has none) as the metrics take it;
-    a value of another shape raises, naming what it holds."""
-    if value is None:
-        return {}
+    """A trigger's ``lag_by_partition`` as the metrics take it; a value of another shape (a
+    user's property) raises, naming what it holds."""
     shape = "lag_by_partition must map (topic, partition) to a lag in messages"
     if not isinstance(value, Mapping):
         raise TypeError(f"{shape}, not {type(value).__name__}")
