@@ -21,6 +21,7 @@ migrated and filled itself.
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import resource
@@ -31,6 +32,7 @@ import tarfile
 import tempfile
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ from tests.benchmarks.report import publish
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 GOALS_S = {"help": 0.3, "list": 0.6}
-LAUNCH = "import sys; from triggerer.service.cli import main; sys.exit(main(sys.argv[1:]))"
+LAUNCH = "import sys; from {module} import {function}; sys.exit({function}(sys.argv[1:]))"
 """What the ``triggerer`` console script runs; with ``PYTHONPATH`` it runs another version."""
 COMMANDS = {
     "help": ["--help"],
@@ -61,10 +63,11 @@ HEAVY = (
     "alembic",
     "httpx",
     "prometheus_client",
-    "triggerer.service.daemon",
     "watchers",
+    "{service}.daemon",
+    "{service}.api",
 )
-"""Modules a list verb has no use for."""
+"""Modules a list verb has no use for; ``{service}`` is the package of the version's CLI."""
 PIPELINES = """
 from triggerer import Asset, pipeline
 
@@ -86,19 +89,22 @@ EVENTS = 20
 RUNS = 20
 
 
-async def fill(database_url: str, folder: str) -> None:
+async def fill(database_url: str, folder: str, service: str) -> None:
     """A store as a small deployment has it: three pipelines, events with payloads, runs.
-    Run with the version measured first on ``sys.path``, which migrates it to its own head."""
-    from triggerer.service import actions
-    from triggerer.service.daemon.registry import sync_definitions
-    from triggerer.service.loader import load_pipelines
-    from triggerer.service.store import create_engine, session_factory, upgrade
 
-    await upgrade(database_url)
-    engine = create_engine(database_url)
+    Run with the version measured first on ``sys.path``, which migrates it to its own head;
+    ``service`` is the package of its CLI, where its store, loader and actions are too.
+    """
+    actions = importlib.import_module(f"{service}.actions")
+    registry = importlib.import_module(f"{service}.daemon.registry")
+    loader = importlib.import_module(f"{service}.loader")
+    store = importlib.import_module(f"{service}.store")
+
+    await store.upgrade(database_url)
+    engine = store.create_engine(database_url)
     try:
-        async with session_factory(engine).begin() as session:
-            await sync_definitions(session, load_pipelines(Path(folder)))
+        async with store.session_factory(engine).begin() as session:
+            await registry.sync_definitions(session, loader.load_pipelines(Path(folder)))
             orders = await actions.find_asset(session, asset_id=None, uri="orders")
             for n in range(EVENTS):
                 extra = {"payload": {"topic": "orders", "offset": n, "value": {"id": n}}}
@@ -115,9 +121,9 @@ FILL = (
 
 
 def archive(ref: str, into: Path) -> Path:
-    """The packages of git revision ``ref``, extracted under ``into``."""
+    """The packages and ``pyproject.toml`` of git revision ``ref``, extracted under ``into``."""
     tar = subprocess.run(  # noqa: S603 - a revision the benchmark's user names
-        ["git", "archive", ref, "triggerer", "watchers"],  # noqa: S607 - git on PATH
+        ["git", "archive", ref, "triggerer", "watchers", "pyproject.toml"],  # noqa: S607 - git
         cwd=REPOSITORY,
         capture_output=True,
         check=True,
@@ -125,6 +131,14 @@ def archive(ref: str, into: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as files:
         files.extractall(into, filter="data")
     return into
+
+
+def entry_point(root: Path) -> tuple[str, str]:
+    """The module and the function the ``triggerer`` console script of the version at ``root``
+    runs, as its ``pyproject.toml`` says."""
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = scripts["triggerer"].partition(":")
+    return module, function
 
 
 def run_once(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
@@ -148,9 +162,9 @@ def summary(samples: list[tuple[float, float]]) -> dict[str, float]:
     }
 
 
-def importtime(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+def importtime(argv: list[str], env: dict[str, str], cwd: Path, service: str) -> dict[str, Any]:
     """What ``argv`` imports: the top entries by cumulative milliseconds, the module count, and
-    the modules of :data:`HEAVY` among them."""
+    the modules of :data:`HEAVY` among them (``service``: the package of the version's CLI)."""
     result = subprocess.run(  # noqa: S603
         [sys.executable, "-X", "importtime", *argv],
         env=env,
@@ -167,9 +181,10 @@ def importtime(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any
         entries.append((int(cumulative), name.strip()))
     entries.sort(reverse=True)
     names = {name for _, name in entries}
+    heavy = [h.format(service=service) for h in HEAVY]
     return {
         "modules": len(entries),
-        "heavy": sorted(h for h in HEAVY if any(n == h or n.startswith(h + ".") for n in names)),
+        "heavy": [h for h in heavy if any(n == h or n.startswith(f"{h}.") for n in names)],
         "top_ms": {name: round(us / 1000, 1) for us, name in entries[:IMPORTTIME_TOP]},
     }
 
@@ -188,29 +203,36 @@ def bench(runs: int, against: str | None, workdir: Path) -> dict[str, Any]:
     if against is not None:
         roots[against] = archive(against, workdir / "against")
     envs: dict[str, dict[str, str]] = {}
+    launches: dict[str, list[str]] = {}
+    services: dict[str, str] = {}
     for version, root in roots.items():
+        module, function = entry_point(root)
+        services[version] = module.rpartition(".")[0]
+        launches[version] = ["-c", LAUNCH.format(module=module, function=function)]
         # Each version on a store of its own schema, filled by its own code; tests/ after it.
         database_url = f"sqlite:///{workdir / f'{len(envs)}.db'}"
         envs[version] = base_env | {
             "TRIGGERER_DATABASE__URL": database_url,
             "PYTHONPATH": os.pathsep.join([str(root), str(REPOSITORY)]),
         }
-        fill_argv = [sys.executable, "-c", FILL, database_url, str(folder)]
+        fill_argv = [sys.executable, "-c", FILL, database_url, str(folder), services[version]]
         subprocess.run(fill_argv, env=envs[version], cwd=workdir, check=True)  # noqa: S603
-    launch = [sys.executable, "-c", LAUNCH]
     # (label, version or None for a floor, argv, env); one of each per round, in turn, so that
     # the machine's other work falls on all of them alike.
     commands: list[tuple[str, str | None, list[str], dict[str, str]]] = [
         (floor, None, [sys.executable, "-c", code], base_env) for floor, code in FLOORS.items()
     ]
     for version, env in envs.items():
-        commands += [(name, version, [*launch, *argv], env) for name, argv in COMMANDS.items()]
+        commands += [
+            (name, version, [sys.executable, *launches[version], *argv], env)
+            for name, argv in COMMANDS.items()
+        ]
     for _, _, argv, env in commands:  # a first start warms the file cache
         run_once(argv, env, workdir)
     samples: dict[tuple[str, str | None], list[tuple[float, float]]] = {}
     for _ in range(runs):
-        for label, version, argv, env in commands:
-            samples.setdefault((label, version), []).append(run_once(argv, env, workdir))
+        for label, of, argv, env in commands:
+            samples.setdefault((label, of), []).append(run_once(argv, env, workdir))
     results: dict[str, Any] = {
         "runs": runs,
         "goals_s": GOALS_S,
@@ -226,7 +248,9 @@ def bench(runs: int, against: str | None, workdir: Path) -> dict[str, Any]:
                 "list": slowest_list <= GOALS_S["list"],
             },
             "importtime": {
-                name: importtime(["-c", LAUNCH, *COMMANDS[name]], env, workdir)
+                name: importtime(
+                    [*launches[version], *COMMANDS[name]], env, workdir, services[version]
+                )
                 for name in IMPORTTIME_COMMANDS
             },
         }
