@@ -398,7 +398,11 @@ class KafkaTrigger(BaseEventTrigger):
             if isinstance(value, str | int | float) and not isinstance(value, bool):
                 partition_key = str(value)
         return make_event(
-            payload, dedup_key=dedup_key(record), ack=ack, partition_key=partition_key
+            payload,
+            dedup_key=dedup_key(record),
+            ack=ack,
+            partition_key=partition_key,
+            sent_at=record.timestamp / 1000 if record.timestamp > 0 else None,
         )
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: Exception) -> None:

@@ -222,6 +222,7 @@ class _InFlight:
     message_id: str
     receipt_handle: str
     visible_until: float  # time.monotonic() when SQS would make it visible again
+    sent_at: float | None  # when SQS took it in (SentTimestamp), epoch seconds
     acked: bool = False  # being deleted
     #: Events of readers holding the message, not yet acked.
     owners: int = 0
@@ -539,14 +540,14 @@ class _SqsSession:
         }
         await self._all_joined()
         while True:
-            sent_at = time.monotonic()
+            asked_at = time.monotonic()
             response = await self._call("receive_message", **arguments)
             self._polled()
             messages: list[dict[str, Any]] = response.get("Messages", [])
             if not messages:
                 self._set_lag(0)  # a long poll waits for any message: none is waiting
                 continue
-            held = [self._hold(message, sent_at) for message in messages]
+            held = [self._hold(message, asked_at) for message in messages]
             if self._expected() - set(self._readers):
                 for entry in held:
                     entry.redeliver = True  # a watcher of the queue is not running now
@@ -590,9 +591,12 @@ class _SqsSession:
         else:
             self._delete_later(entry)
 
-    def _hold(self, message: dict[str, Any], sent_at: float) -> _InFlight:
+    def _hold(self, message: dict[str, Any], asked_at: float) -> _InFlight:
         entry = _InFlight(
-            message["MessageId"], message["ReceiptHandle"], sent_at + self._visibility_timeout_s
+            message["MessageId"],
+            message["ReceiptHandle"],
+            asked_at + self._visibility_timeout_s,
+            _sent_timestamp(message),
         )
         self._in_flight[entry.receipt_handle] = entry
         self._in_flight_added.set()
@@ -641,8 +645,13 @@ class _SqsSession:
         async def ack() -> None:
             self._ack(reader, token, entries)
 
+        sent = [entry.sent_at for entry in entries if entry.sent_at is not None]
         event = TriggerEvent(
-            payload, dedup_key=f"{self._name}/{ids}", ack=ack, partition_key=partition_key
+            payload,
+            dedup_key=f"{self._name}/{ids}",
+            ack=ack,
+            partition_key=partition_key,
+            sent_at=min(sent, default=None),  # a batch: since its oldest message
         )
         return event, token, entries
 
@@ -882,3 +891,10 @@ async def _cancel_and_wait(tasks: list[asyncio.Task[None]] | set[asyncio.Task[No
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _sent_timestamp(message: dict[str, Any]) -> float | None:
+    """When SQS took ``message`` in (its ``SentTimestamp`` attribute, milliseconds), as epoch
+    seconds; ``None`` without one."""
+    stamp = message.get("Attributes", {}).get("SentTimestamp")
+    return int(stamp) / 1000 if isinstance(stamp, str) and stamp.isdecimal() else None

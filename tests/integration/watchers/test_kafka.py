@@ -171,6 +171,7 @@ async def test_payload_shape(kafka_broker: str, kafka_topic: str) -> None:
         "headers": {"type": "order"},
     }
     assert event.dedup_key == f"{kafka_topic}/0/0@{timestamp}"
+    assert event.sent_at == timestamp / 1000
     assert event.partition_key == "2026-03-16"
     assert (trigger.messages, trigger.events, trigger.acked) == (1, 1, 1)
 

@@ -130,7 +130,7 @@ async def test_payload_shape(sqs: Any, sqs_queue: str) -> None:
         "doc": {"a": 1},
     }
     assert first.payload["attributes"]["ApproximateReceiveCount"] == "1"
-    assert "SentTimestamp" in first.payload["attributes"]
+    assert first.sent_at == int(first.payload["attributes"]["SentTimestamp"]) / 1000
     assert set(first.payload) == {"message_id", "body", "attributes", "message_attributes"}
     assert second.payload["body"] == "plain text"
     assert second.payload["message_attributes"] == {}
