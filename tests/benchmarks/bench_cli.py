@@ -13,9 +13,10 @@ The store is a SQLite file with a few pipelines, events and runs. ``python -X im
 ranks what ``--help`` and ``runs list`` import, by cumulative time (a module's own import and
 everything it imports); the modules a list verb should not need are named if imported.
 
-``--against REF`` measures the same commands with the ``triggerer/`` and ``watchers/`` of git
-revision ``REF`` too (taken with ``git archive``, first on ``PYTHONPATH``), on a store it
-migrated and filled itself.
+The same commands run with the ``triggerer/`` and ``watchers/`` of git revision ``--against``
+too (taken with ``git archive``, first on ``PYTHONPATH``), on a store it migrated and filled
+itself: by default :data:`BEFORE`, the last revision whose CLI imported everything at start, so
+the table shows the timings and the import tree before and after.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from tests.benchmarks.report import publish
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 GOALS_S = {"help": 0.3, "list": 0.6}
+BEFORE = "bede0b4"
+"""The last revision whose CLI imported the daemon, the brokers' clients and Alembic at start
+(``--help`` 1.2 s, a list verb 1.2-1.4 s on the 2-core development VM)."""
 LAUNCH = "import sys; from {module} import {function}; sys.exit({function}(sys.argv[1:]))"
 """What the ``triggerer`` console script runs; with ``PYTHONPATH`` it runs another version."""
 COMMANDS = {
@@ -264,10 +268,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
     parser.add_argument("--runs", type=int, default=15, help="starts of each command")
-    parser.add_argument("--against", metavar="REF", help="a git revision to measure alongside")
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        default=BEFORE,
+        help=f"a git revision to measure alongside, or '' for none (default: {BEFORE})",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        results = bench(args.runs, args.against, Path(workdir))
+        results = bench(args.runs, args.against or None, Path(workdir))
     publish(results, args.out)
 
 
