@@ -7,8 +7,10 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import urllib.parse
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -19,6 +21,7 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import OffsetAndMetadata
 
 from triggerer.connections import get_connection
+from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import kafka_fetcher
 from watchers.filters import PayloadFilter, lookup
@@ -684,3 +687,61 @@ def watcher_group_id(asset: WatchedAsset, watcher_name: str) -> str:
 
 def _names(tps: set[TopicPartition]) -> list[str]:
     return sorted(f"{tp.topic}/{tp.partition}" for tp in tps)
+
+
+# -- the Kafka provider: kafka:// URIs, and the consumers its triggers share in one daemon
+
+DEFAULT_KAFKA_PORT = 9092
+_KAFKA_FORM = "kafka://host:port[,host:port]/topic[,topic]"
+
+
+def parse_kafka_uri(uri: str) -> tuple[str, list[str]]:
+    """The bootstrap servers (``host:port,...``) and topics of a ``kafka://`` URI."""
+    parts = urllib.parse.urlsplit(uri)
+    topics = [topic for topic in parts.path.strip("/").split(",") if topic]
+    if not parts.netloc or not topics or "/" in parts.path.strip("/"):
+        raise ValueError(f"Kafka URI {uri!r} must have the form {_KAFKA_FORM}")
+    if parts.query or parts.fragment:
+        raise ValueError(
+            f"Kafka URI {uri!r} must not have a query or fragment; "
+            "pass options as keyword arguments"
+        )
+    servers = []
+    for server in parts.netloc.split(","):
+        host, _, port = server.rpartition(":") if ":" in server else (server, "", "")
+        if not host or (port and not port.isdigit()):
+            raise ValueError(
+                f"Kafka URI {uri!r}: bootstrap server {server!r} must be host or host:port"
+            )
+        servers.append(f"{host}:{port or DEFAULT_KAFKA_PORT}")
+    return ",".join(servers), topics
+
+
+def _trigger_of_uri(uri: str, **options: Any) -> KafkaTrigger:
+    servers, topics = parse_kafka_uri(uri)
+    return KafkaTrigger(bootstrap_servers=servers, topics=topics, **options)
+
+
+class _SharedConsumers(SharedReaders):
+    """The daemon's Kafka consumers, one per cluster and consumer settings
+    (:mod:`watchers.kafka_fetcher`), read by the KafkaTriggers made for watchers."""
+
+    def __init__(self, deployment: str) -> None:
+        self._fetchers = kafka_fetcher.Fetchers(kafka_fetcher.group_prefix(deployment))
+
+    def sharing(self) -> AbstractContextManager[None]:
+        return kafka_fetcher.sharing(self._fetchers)
+
+    def keep(self, triggers: Iterable[BaseEventTrigger]) -> None:
+        self._fetchers.keep(
+            {
+                trigger.consumer_group
+                for trigger in triggers
+                if isinstance(trigger, KafkaTrigger) and trigger.shared_fetch
+            }
+        )
+
+
+PROVIDER = Provider(
+    name="kafka", schemes=("kafka",), trigger=_trigger_of_uri, shared=_SharedConsumers
+)

@@ -10,7 +10,7 @@ import pytest
 import watchers
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, load_trigger
 from watchers import FileTrigger, KafkaTrigger, MessageQueueTrigger, SqsTrigger
-from watchers.queue import parse_kafka_uri
+from watchers.kafka import parse_kafka_uri
 from watchers.sqs import message_payload
 from watchers.sqs_address import SqsQueue, parse_queue
 
@@ -127,9 +127,9 @@ def test_sqs_uri_without_a_queue_name() -> None:
 
 
 def test_unknown_scheme_names_the_uri_and_the_supported_schemes() -> None:
-    with pytest.raises(ValueError, match=r"'amqp://h/q'.*supported: https, kafka, sqs"):
+    with pytest.raises(ValueError, match=r"'amqp://h/q'.*supported: http, https, kafka, sqs"):
         MessageQueueTrigger("amqp://h/q")
-    with pytest.raises(ValueError, match="supported: https, kafka, sqs"):
+    with pytest.raises(ValueError, match=r"'https://example.com/not/a/queue' is not an SQS"):
         MessageQueueTrigger("https://example.com/not/a/queue")
 
 
@@ -164,7 +164,7 @@ def test_more_schemes_come_from_entry_points(monkeypatch: pytest.MonkeyPatch) ->
     trigger = MessageQueueTrigger("amqp://h/q", prefetch=5)
     assert isinstance(trigger, _Provided)
     assert trigger.serialize() == (_Provided.classpath(), {"uri": "amqp://h/q", "prefetch": 5})
-    with pytest.raises(ValueError, match="supported: amqp, https, kafka, sqs"):
+    with pytest.raises(ValueError, match="supported: amqp, http, https, kafka, sqs"):
         MessageQueueTrigger("mqtt://h/q")
 
 

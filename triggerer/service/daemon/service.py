@@ -7,6 +7,7 @@ grace period, and returns; a second signal exits at once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -42,9 +43,7 @@ from triggerer.service.store.engine import async_url, deployment_id
 from triggerer.service.store.failures import STORE_ERRORS
 from triggerer.service.store.models import RunState
 from triggerer.service.store.types import utcnow
-from watchers import kafka_fetcher, sqs_session
-from watchers.kafka import KafkaTrigger
-from watchers.sqs import SqsTrigger
+from watchers import providers
 
 SLOW_LOAD_S = 10.0
 """How long loading the pipelines folder may take before the file being imported is logged."""
@@ -111,12 +110,14 @@ class Service:
             drain_timeout_s=settings.daemon.shutdown_grace_s,
         )
 
-        # Kafka watchers read through consumers shared per cluster, in groups of this deployment;
-        # SQS watchers of one queue share its poller.
-        self.kafka = kafka_fetcher.Fetchers(
-            kafka_fetcher.group_prefix(deployment_id(settings.database.url))
-        )
-        self.sqs = sqs_session.Pollers()
+        # What each queue provider's watchers share here (a Kafka consumer per cluster, in
+        # groups of this deployment; an SQS poller per queue).
+        deployment = deployment_id(settings.database.url)
+        self.shared_readers = [
+            provider.shared(deployment)
+            for provider in providers.installed()
+            if provider.shared is not None
+        ]
 
         # Watcher states as last written, so a heartbeat writes only what changed.
         self._reported: dict[int, WatcherStatus] = {}
@@ -160,14 +161,8 @@ class Service:
         self.definitions_changed(changes)
         self.supervisor.update(task_group, self.registry.triggers)
         triggers = [watched.trigger for watched in self.registry.triggers.values()]
-        self.kafka.keep(
-            {
-                trigger.consumer_group
-                for trigger in triggers
-                if isinstance(trigger, KafkaTrigger) and trigger.shared_fetch
-            }
-        )
-        self.sqs.keep(trigger for trigger in triggers if isinstance(trigger, SqsTrigger))
+        for shared in self.shared_readers:
+            shared.keep(triggers)
         self.scheduler.wake()
         log.info(
             "pipelines_loaded",
@@ -294,7 +289,9 @@ async def serve(
         await until_stored(service.recover, during="recover")
         # Bound before anything runs: a port in use stops the start with one clear error.
         server = api(service) if api is not None and settings.api.enabled else None
-        with kafka_fetcher.sharing(service.kafka), sqs_session.sharing(service.sqs):
+        with contextlib.ExitStack() as sharing:
+            for shared in service.shared_readers:
+                sharing.enter_context(shared.sharing())
             await _run(service, server, engine, shutdown_trigger, task_status)
         try:
             await service.leave()

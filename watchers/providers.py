@@ -1,0 +1,72 @@
+"""The registry of queue providers: a URI scheme to the provider that reads it.
+
+Built-in providers are named by ``"module:attribute"`` strings and imported on first use, so a
+Kafka URI does not import the AWS client; others come from the entry-point group
+``triggerer.queue_providers`` (name: the scheme; value: a :class:`triggerer.providers.Provider`,
+or a plain callable ``(uri, **options) -> BaseEventTrigger``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+from triggerer.providers import Provider
+
+ENTRY_POINT_GROUP = "triggerer.queue_providers"
+
+BUILT_IN = {
+    "kafka": "watchers.kafka:PROVIDER",
+    "sqs": "watchers.sqs:PROVIDER",
+    "https": "watchers.sqs:PROVIDER",  # an SQS queue URL
+    "http": "watchers.sqs:PROVIDER",  # an SQS queue URL on a local endpoint
+}
+
+
+def for_scheme(scheme: str) -> Provider | None:
+    """The provider of URIs of ``scheme`` (lower case), ``None`` when none is installed."""
+    if scheme in BUILT_IN:
+        return _built_in(BUILT_IN[scheme])
+    entry_point = _entry_points().get(scheme)
+    return None if entry_point is None else _provider(scheme, entry_point.load())
+
+
+def schemes() -> list[str]:
+    """Every scheme a provider reads, sorted."""
+    return sorted({*BUILT_IN, *_entry_points()})
+
+
+def installed() -> list[Provider]:
+    """Every installed provider, once each (built-in ones first)."""
+    found: dict[str, Provider] = {}
+    for reference in BUILT_IN.values():
+        provider = _built_in(reference)
+        found.setdefault(provider.name, provider)
+    for scheme, entry_point in _entry_points().items():
+        provider = _provider(scheme, entry_point.load())
+        found.setdefault(provider.name, provider)
+    return list(found.values())
+
+
+def _built_in(reference: str) -> Provider:
+    module, _, attribute = reference.partition(":")
+    provider: Provider = getattr(importlib.import_module(module), attribute)
+    return provider
+
+
+def _provider(scheme: str, loaded: object) -> Provider:
+    if isinstance(loaded, Provider):
+        return loaded
+    if callable(loaded):
+        return Provider(name=scheme, schemes=(scheme,), trigger=loaded)
+    raise TypeError(
+        f"queue provider {scheme!r} of the entry points {ENTRY_POINT_GROUP!r} is {loaded!r}, "
+        "neither a triggerer.providers.Provider nor a callable (uri, **options) -> trigger"
+    )
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {
+        entry_point.name.lower(): entry_point
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    }
