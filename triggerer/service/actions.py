@@ -169,7 +169,8 @@ async def trigger_run(
         check_json(params or {}, "params")
     except TypeError as error:
         raise Refused(str(error)) from None
-    # The scheduler's module, with its metrics, only for this: the CLI's other verbs skip it.
-    from triggerer.service.daemon.scheduler import create_manual_run
+    # The scheduler's queries, with the schedules and croniter, only for this: the CLI's other
+    # verbs skip them.
+    from triggerer.service.daemon.schedule_queries import create_manual_run
 
     return await create_manual_run(session, pipeline_id, params)

@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service.daemon.registry import Registry, sync_definitions
-from triggerer.service.daemon.scheduler import Scheduler, create_manual_run
+from triggerer.service.daemon.schedule_queries import create_manual_run
+from triggerer.service.daemon.scheduler import Scheduler
 from triggerer.service.events import NewEvent, record_events
 from triggerer.service.loader import load_pipelines
 from triggerer.service.store import models, session_factory

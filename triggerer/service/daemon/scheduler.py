@@ -11,43 +11,41 @@ condition, a run the store refuses) the reason goes to ``pipeline.error`` and th
 other pipelines go on; the error is cleared once the pipeline evaluates cleanly. The store being
 unavailable (``is_outage``) is no pipeline's fault: that propagates to the caller, which retries
 the whole loop.
+
+The statements it runs are in :mod:`triggerer.service.daemon.schedule_queries`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-from sqlalchemy import (
-    ColumnElement,
-    Select,
-    and_,
-    bindparam,
-    delete,
-    exists,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.schedules import CronPartitionTimetable, next_tick
 from triggerer.service import metrics
-from triggerer.service.daemon.picking import Pick, Queued, describe, pick_run
-from triggerer.service.store import models
+from triggerer.service.daemon.picking import Pick, describe, pick_run
+from triggerer.service.daemon.schedule_queries import (
+    ConsumedElsewhere,
+    assets_with_queued,
+    compose_run_id,
+    drop_foreign_rows,
+    insert_run,
+    members_of_aliases,
+    move_cron_tick,
+    next_cron_ticks,
+    pipeline_state,
+    pipelines_with_queued,
+    queued_rows,
+    record_error,
+)
 from triggerer.service.store.failures import is_outage
-from triggerer.service.store.models import ID_LENGTH, RefRole, RunState, RunType
-from triggerer.service.store.notices import notify_runs
+from triggerer.service.store.models import RunType
 from triggerer.service.store.types import storable_text, utcnow
 
 if TYPE_CHECKING:
@@ -57,19 +55,11 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-K = TypeVar("K", int, str)
-"""A key of pipelines or assets, as :func:`_queued_keys` takes them."""
-
-ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.UP_FOR_RETRY)
 IDLE_WAKE_S = 5.0
 """Without a wake, everything is looked at again this often (events from other processes)."""
 PASS_SPACING_S = 0.01
 """Passes start at most this often: under a stream of commits, the wakes of that time make one
 pass instead of a pass each (a lone event, coming after a quiet moment, waits for nothing)."""
-
-
-class ConsumedElsewhere(Exception):
-    """Another scheduler consumed some of the picked events first."""
 
 
 class Scheduler:
@@ -140,7 +130,7 @@ class Scheduler:
 
     async def _with_queued(self, registry: Registry) -> set[str]:
         async with self._sessions() as session:
-            return await _queued_keys(session, _PIPELINES_WITH_QUEUED, set(registry.pipelines))
+            return await pipelines_with_queued(session, set(registry.pipelines))
 
     async def schedule(self, pipeline: Pipeline, registry: Registry) -> int:
         """Create every run the queued events of ``pipeline`` allow now; returns how many.
@@ -175,7 +165,7 @@ class Scheduler:
     async def _create_asset_run(
         self, session: AsyncSession, pipeline: Pipeline, registry: Registry
     ) -> str | None:
-        paused, error, active_runs = await _pipeline_state(session, pipeline.pipeline_id)
+        paused, error, active_runs = await pipeline_state(session, pipeline.pipeline_id)
         if pipeline.condition is None:
             if pipeline.cron is None:
                 # Manual only: nothing to evaluate, so an error of an earlier schedule is gone.
@@ -188,55 +178,22 @@ class Scheduler:
         if not pick.rows:
             await _report(session, pipeline.pipeline_id, error, "; ".join(pick.problems) or None)
             return None
-        run_id = _run_id(pipeline.pipeline_id, "asset", str(pick.rows[0].event_id))
-        await _insert_run(session, pipeline, run_id, RunType.ASSET, pick.partition_key, pick.rows)
+        run_id = compose_run_id(pipeline.pipeline_id, "asset", str(pick.rows[0].event_id))
+        await insert_run(session, pipeline, run_id, RunType.ASSET, pick.partition_key, pick.rows)
         return run_id
 
     async def _set_error(
         self, pipeline_id: str, error: str | None, cause: BaseException | None = None
     ) -> None:
         async with self._sessions.begin() as session:
-            was = (await _pipeline_state(session, pipeline_id)).error
+            was = (await pipeline_state(session, pipeline_id)).error
             await _report(session, pipeline_id, was, error, cause)
 
     async def _drop_foreign_rows(self) -> None:
-        """Delete the queue rows no run can consume under the current definitions: of assets a
-        changed schedule no longer names, or plain rows of a pipeline now partitioned (and the
-        reverse). Rows of pipelines whose file is gone stay, in case it comes back."""
-        queue, pipeline = models.QueuedEvent, models.Pipeline
-        direct = select(models.PipelineAssetRef.pipeline_id).where(
-            models.PipelineAssetRef.pipeline_id == queue.pipeline_id,
-            models.PipelineAssetRef.asset_id == queue.asset_id,
-            models.PipelineAssetRef.role == RefRole.SCHEDULE,
-        )
-        through_alias = (
-            select(models.PipelineAliasRef.pipeline_id)
-            .join(
-                models.AssetAliasAsset,
-                models.AssetAliasAsset.alias_id == models.PipelineAliasRef.alias_id,
-            )
-            .where(
-                models.PipelineAliasRef.pipeline_id == queue.pipeline_id,
-                models.AssetAliasAsset.asset_id == queue.asset_id,
-                models.PipelineAliasRef.role == RefRole.SCHEDULE,
-            )
-        )
-        other_kind = select(pipeline.pipeline_id).where(
-            pipeline.pipeline_id == queue.pipeline_id,
-            or_(
-                and_(pipeline.partitioned.is_(True), queue.partition_key.is_(None)),
-                and_(pipeline.partitioned.is_(False), queue.partition_key.is_not(None)),
-            ),
-        )
-        active = select(pipeline.pipeline_id).where(pipeline.is_active.is_(True))
+        """Delete the queue rows no run can consume under the current definitions (see
+        :func:`~triggerer.service.daemon.schedule_queries.drop_foreign_rows`)."""
         async with self._sessions.begin() as session:
-            dropped = await session.execute(
-                delete(queue).where(
-                    queue.pipeline_id.in_(active),
-                    or_(and_(~exists(direct), ~exists(through_alias)), exists(other_kind)),
-                )
-            )
-        count: int = dropped.rowcount  # type: ignore[attr-defined]  # CursorResult
+            count = await drop_foreign_rows(session)
         if count:
             log.info("queued_events_dropped", count=count, reason="not in the schedule any more")
 
@@ -246,7 +203,7 @@ class Scheduler:
             return IDLE_WAKE_S
         now = utcnow()
         async with self._sessions.begin() as session:
-            due = (await session.execute(_CRON_TICKS)).all()
+            due = await next_cron_ticks(session)
         wait_s = IDLE_WAKE_S
         for pipeline_id, tick in due:
             pipeline = registry.pipelines.get(pipeline_id)
@@ -278,14 +235,14 @@ class Scheduler:
         pass without runs.
         """
         pipeline_id = pipeline.pipeline_id
-        run_id = _run_id(pipeline_id, "cron", tick.isoformat())
+        run_id = compose_run_id(pipeline_id, "cron", tick.isoformat())
         partition_key = (
             tick.isoformat() if isinstance(pipeline.schedule, CronPartitionTimetable) else None
         )
         after = next_tick(cron, now)
         try:
             async with self._sessions.begin() as session:
-                paused, error, active_runs = await _pipeline_state(session, pipeline_id)
+                paused, error, active_runs = await pipeline_state(session, pipeline_id)
                 if not paused and active_runs >= pipeline.max_active_runs:
                     if self._waiting_ticks.get(pipeline_id) != tick:
                         self._waiting_ticks[pipeline_id] = tick
@@ -296,17 +253,10 @@ class Scheduler:
                             max_active_runs=pipeline.max_active_runs,
                         )
                     return False
-                moved = await session.execute(
-                    update(models.Pipeline)
-                    .where(
-                        models.Pipeline.pipeline_id == pipeline_id,
-                        models.Pipeline.next_cron_at == tick,
-                    )
-                    .values(next_cron_at=after)
-                )
-                if moved.rowcount != 1 or paused:  # type: ignore[attr-defined]  # CursorResult
+                moved = await move_cron_tick(session, pipeline_id, tick, after)
+                if not moved or paused:
                     return False
-                await _insert_run(session, pipeline, run_id, RunType.CRON, partition_key, [])
+                await insert_run(session, pipeline, run_id, RunType.CRON, partition_key, [])
                 if pipeline.condition is None:
                     # The tick is all a cron pipeline evaluates: it works again.
                     await _report(session, pipeline_id, error, None)
@@ -318,92 +268,6 @@ class Scheduler:
         return True
 
 
-async def create_manual_run(
-    session: AsyncSession, pipeline_id: str, params: dict[str, Any] | None = None
-) -> str:
-    """Insert a queued manual run of a known pipeline; the caller commits, which also wakes
-    the launchers of daemons in other processes (PostgreSQL)."""
-    row = await session.get(models.Pipeline, pipeline_id)
-    if row is None:
-        raise LookupError(f"pipeline {pipeline_id!r} does not exist")
-    run_id = _run_id(pipeline_id, "manual", uuid.uuid4().hex[:12])
-    session.add(
-        models.Run(
-            run_id=run_id,
-            pipeline_id=pipeline_id,
-            run_type=RunType.MANUAL,
-            state=RunState.QUEUED,
-            try_number=0,
-            max_tries=row.retries + 1,
-            params=params or {},
-        )
-    )
-    await session.flush()
-    await notify_runs(session)
-    return run_id
-
-
-def _run_id(pipeline_id: str, kind: str, suffix: str) -> str:
-    """``{pipeline_id}__{kind}__{suffix}``, cut to fit the column: a pipeline id may be as long
-    as the column, so a long one is shortened and a digest of it keeps run ids apart."""
-    run_id = f"{pipeline_id}__{kind}__{suffix}"
-    if len(run_id) <= ID_LENGTH:
-        return run_id
-    tail = f"~{hashlib.sha256(pipeline_id.encode()).hexdigest()[:16]}__{kind}__{suffix}"
-    return pipeline_id[: ID_LENGTH - len(tail)] + tail
-
-
-# The statements of every pass are built once: building them cost more than running them.
-# The active states as one comparison each, not IN: an IN list is rendered on every execution.
-_ACTIVE_RUNS = (
-    select(func.count())
-    .select_from(models.Run)
-    .where(
-        models.Run.pipeline_id == models.Pipeline.pipeline_id,
-        or_(*(models.Run.state == state for state in ACTIVE_STATES)),
-    )
-    .scalar_subquery()
-)
-_PIPELINE_STATE = select(models.Pipeline.paused, models.Pipeline.error, _ACTIVE_RUNS).where(
-    models.Pipeline.pipeline_id == bindparam("pipeline_id")
-)
-
-
-def _with_queued_rows(key: Any, *match: ColumnElement[bool]) -> Select[Any]:
-    """Each ``key`` in the bound list ``keys``, with the id of a queue row ``match`` finds for
-    it (NULL when none): a scalar subquery with LIMIT 1 runs as one index probe per key, in one
-    round trip however many keys, where an EXISTS may be planned as a join over the backlog."""
-    first = select(models.QueuedEvent.id).where(*match).limit(1).scalar_subquery()
-    return select(key, first).where(key.in_(bindparam("keys", expanding=True)))
-
-
-_ASSETS_WITH_QUEUED = _with_queued_rows(
-    models.Asset.id,
-    models.QueuedEvent.pipeline_id == bindparam("pipeline_id"),
-    models.QueuedEvent.asset_id == models.Asset.id,
-)
-_PIPELINES_WITH_QUEUED = _with_queued_rows(
-    models.Pipeline.pipeline_id, models.QueuedEvent.pipeline_id == models.Pipeline.pipeline_id
-)
-_CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
-    models.Pipeline.next_cron_at.is_not(None), models.Pipeline.is_active.is_(True)
-)
-
-
-class _PipelineState(NamedTuple):
-    """What the scheduler reads of a pipeline's row before evaluating it, in one statement."""
-
-    paused: bool | None
-    """``None`` when there is no row."""
-    error: str | None
-    active_runs: int
-
-
-async def _pipeline_state(session: AsyncSession, pipeline_id: str) -> _PipelineState:
-    row = (await session.execute(_PIPELINE_STATE, {"pipeline_id": pipeline_id})).one_or_none()
-    return _PipelineState(None, None, 0) if row is None else _PipelineState(*row)
-
-
 async def _report(
     session: AsyncSession,
     pipeline_id: str,
@@ -411,90 +275,32 @@ async def _report(
     error: str | None,
     cause: BaseException | None = None,
 ) -> None:
-    """Record ``error`` (``None``: the pipeline works) on the pipeline when it changed;
-    ``error_at`` keeps the time it started failing."""
+    """Record ``error`` (``None``: the pipeline works) on the pipeline, and log it, when it
+    changed from ``was``."""
     if error is not None:
         error = storable_text(error)  # user code's messages may hold what text columns cannot
     if error == was:
         return
-    values: dict[str, Any] = {"error": error}
     if error is None:
-        values["error_at"] = None
         log.info("pipeline_recovered", pipeline_id=pipeline_id)
     else:
-        if was is None:
-            values["error_at"] = utcnow()
         log.error("pipeline_failing", pipeline_id=pipeline_id, error=error, exc_info=cause)
-    await session.execute(
-        update(models.Pipeline).where(models.Pipeline.pipeline_id == pipeline_id).values(values)
-    )
+    await record_error(session, pipeline_id, error, newly_failing=was is None)
 
 
 async def _pick_queued(
     session: AsyncSession, pipeline: Pipeline, condition: BaseAsset, registry: Registry
 ) -> Pick:
     """The queue rows of the next run of ``pipeline``, if its condition allows one now."""
-    alias_members = await _alias_members(session, condition, registry)
+    alias_members = await members_of_aliases(session, condition, registry)
     # Cheap first: which assets have any queued event; a backlog waiting for another asset
     # of an AND is not read again on every wake.
     candidates = {registry.asset_ids[a] for a in condition.iter_assets()} | set(alias_members)
-    present = await _assets_with_queued(session, pipeline.pipeline_id, candidates)
+    present = await assets_with_queued(session, pipeline.pipeline_id, candidates)
     if not condition.evaluate(_updated(present, registry, alias_members)):
         return Pick()
-    rows = await _queued(session, pipeline.pipeline_id)
+    rows = await queued_rows(session, pipeline.pipeline_id)
     return pick_run(pipeline, condition, rows, registry, alias_members)
-
-
-async def _queued(session: AsyncSession, pipeline_id: str) -> list[Queued]:
-    statement = (
-        select(
-            models.QueuedEvent.id,
-            models.QueuedEvent.event_id,
-            models.QueuedEvent.asset_id,
-            models.QueuedEvent.partition_key,
-        )
-        .where(models.QueuedEvent.pipeline_id == pipeline_id)
-        .order_by(models.QueuedEvent.id)
-    )
-    if session.get_bind().dialect.name == "postgresql":
-        # Rows another scheduler is consuming are skipped rather than waited for.
-        statement = statement.with_for_update(skip_locked=True)
-    return [Queued(*row) for row in (await session.execute(statement)).all()]
-
-
-async def _assets_with_queued(
-    session: AsyncSession, pipeline_id: str, asset_ids: set[int]
-) -> set[int]:
-    return await _queued_keys(session, _ASSETS_WITH_QUEUED, asset_ids, pipeline_id=pipeline_id)
-
-
-async def _queued_keys(
-    session: AsyncSession, probes: Select[Any], keys: set[K], **parameters: object
-) -> set[K]:
-    """The ``keys`` that ``probes`` (made by :func:`_with_queued_rows`) finds queue rows for."""
-    if not keys:
-        return set()
-    rows = await session.execute(probes, {"keys": sorted(keys), **parameters})
-    return {key for key, queued in rows.all() if queued is not None}
-
-
-async def _alias_members(
-    session: AsyncSession, condition: BaseAsset, registry: Registry
-) -> dict[int, set[AssetAlias]]:
-    """For each asset id, the aliases of ``condition`` it was ever added through."""
-    aliases = {
-        registry.alias_ids[a]: a for a in condition.iter_aliases() if a in registry.alias_ids
-    }
-    members: dict[int, set[AssetAlias]] = defaultdict(set)
-    if aliases:
-        rows = await session.execute(
-            select(models.AssetAliasAsset.asset_id, models.AssetAliasAsset.alias_id).where(
-                models.AssetAliasAsset.alias_id.in_(list(aliases))
-            )
-        )
-        for asset_id, alias_id in rows.all():
-            members[asset_id].add(aliases[alias_id])
-    return members
 
 
 def _updated(
@@ -508,41 +314,3 @@ def _updated(
             updated.add(asset)
         updated.update(alias_members.get(asset_id, ()))
     return updated
-
-
-async def _insert_run(
-    session: AsyncSession,
-    pipeline: Pipeline,
-    run_id: str,
-    run_type: RunType,
-    partition_key: str | None,
-    picked: list[Queued],
-    params: dict[str, Any] | None = None,
-) -> None:
-    run = models.Run(
-        run_id=run_id,
-        pipeline_id=pipeline.pipeline_id,
-        run_type=run_type,
-        logical_date=None,
-        partition_key=partition_key,
-        state=RunState.QUEUED,
-        try_number=0,
-        max_tries=pipeline.retries + 1,
-        params={**pipeline.params, **(params or {})},
-    )
-    session.add(run)
-    await session.flush()
-    if not picked:
-        return
-    await session.execute(
-        insert(models.RunEvent),
-        [
-            {"run_pk": run.id, "event_id": row.event_id, "pipeline_id": pipeline.pipeline_id}
-            for row in picked
-        ],
-    )
-    deleted = await session.execute(
-        delete(models.QueuedEvent).where(models.QueuedEvent.id.in_([row.row_id for row in picked]))
-    )
-    if deleted.rowcount != len(picked):  # type: ignore[attr-defined]  # CursorResult
-        raise ConsumedElsewhere(run_id)
