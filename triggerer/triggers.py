@@ -115,6 +115,13 @@ class BaseEventTrigger(abc.ABC):
         return None
 
     @property
+    def reads_as(self) -> str | None:
+        """The name this trigger reads its source under, when the broker keeps one for it (a
+        Kafka consumer group, a durable consumer, a subscription): ``watchers list`` shows it.
+        ``None`` (the default) when there is none. Read at every heartbeat, like :attr:`lag`."""
+        return None
+
+    @property
     def lag_by_partition(self) -> Mapping[tuple[str, int], int]:
         """The parts of :attr:`lag` for a source of partitioned topics: ``(topic, partition)``
         to messages (``triggerer_kafka_consumer_lag``); empty (the default) when there are

@@ -163,6 +163,14 @@ class KafkaTrigger(BaseEventTrigger):
         """The consumer group in use: ``group_id``, else ``triggerer-<sorted topics>``."""
         return self.group_id or "triggerer-" + ",".join(sorted(self.topics))
 
+    @property
+    def reads_as(self) -> str | None:
+        """The Kafka consumer group its offsets are committed in: its own, or the shared
+        consumer's once it reads through it (``None`` until then)."""
+        if self._reader is not None:
+            return self._reader.fetcher.group_id
+        return None if self.shared_fetch else self.consumer_group
+
     def for_watcher(self, asset: WatchedAsset, watcher_name: str) -> KafkaTrigger:
         """This trigger reading through the daemon's shared consumer, its place named after the
         watcher, unless ``group_id`` is set."""

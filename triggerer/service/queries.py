@@ -12,14 +12,12 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from triggerer.service.store import models
-from triggerer.service.store.engine import deployment_id
 from triggerer.service.store.models import RefRole
 from triggerer.service.views import (
     AliasRow,
@@ -321,23 +319,12 @@ async def watchers(session: AsyncSession, *, limit: int = 100, offset: int = 0) 
             last_event_at=trigger.last_event_at,
             restarts=trigger.restart_count,
             lag=trigger.lag,
-            consumer_group=_consumer_group(session, trigger.kwargs),
+            consumer_group=trigger.reads_as,
             last_error=trigger.last_error,
             instance_id=trigger.instance_id,
         )
         for name, asset_id, uri, trigger in rows.all()
     ]
-
-
-def _consumer_group(session: AsyncSession, kwargs: dict[str, Any]) -> str | None:
-    """The Kafka consumer group a watcher's messages are committed in: its own ``group_id``,
-    or for one reading through the daemon's shared consumer, that consumer's group."""
-    if not kwargs.get("shared_fetch"):
-        return kwargs.get("group_id")
-    from watchers import kafka_fetcher  # the Kafka client, only for a list with Kafka watchers
-
-    deployment = deployment_id(session.get_bind().engine.url)
-    return kafka_fetcher.shared_group_id(kafka_fetcher.group_prefix(deployment), kwargs)
 
 
 # -- Events ----------------------------------------------------------------------------------

@@ -232,6 +232,7 @@ class Service:
                             "last_error": status.last_error,
                             "restart_count": status.restart_count,
                             "lag": status.lag,
+                            "reads_as": status.reads_as,
                             "instance_id": self.instance_id,
                         }
                         for trigger_id, status in changed.items()

@@ -15,7 +15,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from triggerer.service import metrics
 from triggerer.service.daemon.backoff import HEALTHY_AFTER_S, backoff_s, until_stored
-from triggerer.service.store.models import TriggerState
+from triggerer.service.store.models import NAME_LENGTH, TriggerState
 from triggerer.service.store.types import storable_text, utcnow
 from triggerer.triggers import BaseEventTrigger, load_trigger
 
@@ -41,6 +41,7 @@ class WatcherStatus:
     last_error: str | None = None
     restart_count: int = 0
     lag: int | None = None
+    reads_as: str | None = None
 
 
 class Supervisor:
@@ -88,8 +89,8 @@ class Supervisor:
                 task_group.start_soon(self._supervise, watched, scope, self._deliveries.clone())
 
     def sample(self) -> None:
-        """Copy each running trigger's ``lag`` and ``last_poll_at`` into its status, for the
-        heartbeat to report, and its ``lag_by_partition`` into the metrics."""
+        """Copy each running trigger's ``lag``, ``reads_as`` and ``last_poll_at`` into its
+        status, for the heartbeat to report, and its ``lag_by_partition`` into the metrics."""
         for trigger_id, trigger in self._running.items():
             status = self.status.get(trigger_id)
             if status is None:
@@ -97,12 +98,16 @@ class Supervisor:
             # ``lag`` may be a user's property: whatever it raises, the trigger runs on and the
             # heartbeat reports its lag as unknown.
             try:
-                lag = trigger.lag
+                lag, reads_as = trigger.lag, trigger.reads_as
                 by_partition = _partition_lags(trigger.lag_by_partition)
             except Exception as error:  # noqa: BLE001
                 log.warning("trigger_lag_failed", trigger_id=trigger_id, error=repr(error))
-                lag, by_partition = None, {}
+                lag, reads_as, by_partition = None, None, {}
             status.lag = lag if isinstance(lag, int) else None
+            # A user's property: text the store can hold, in the column's length.
+            status.reads_as = (
+                storable_text(reads_as)[:NAME_LENGTH] if isinstance(reads_as, str) else None
+            )
             metrics.partition_lag(trigger_id, by_partition)
             _sample_poll(trigger_id, trigger, status)
 

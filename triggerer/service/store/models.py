@@ -226,6 +226,8 @@ class Trigger(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     restart_count: Mapped[int] = mapped_column(default=0)
     lag: Mapped[int | None] = mapped_column(BigInteger)
+    #: The name the running trigger reads its source under (a Kafka consumer group).
+    reads_as: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
     instance_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
