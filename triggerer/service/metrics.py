@@ -144,6 +144,8 @@ _partitions: dict[str, set[tuple[str, str]]] = {}
 _watchers: dict[int, tuple[str, str]] = {}
 _FINAL_STATES = (RunState.SUCCESS, RunState.FAILED)
 _source = attrgetter("source")
+
+
 def events_recorded(recorded: Recorded) -> None:
     """Count committed events by source, and the duplicates their batch absorbed."""
     if recorded.duplicates:
