@@ -14,7 +14,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from botocore.exceptions import BotoCoreError, ClientError
 
 from watchers.sqs_address import parse_queue
-from watchers.sqs_session import MAX_MESSAGES, is_missing_queue
+from watchers.sqs_client import MAX_MESSAGES, is_missing_queue
 
 Message = Any  # text is sent as it is; any other value as its JSON
 _MAX_SEND_ATTEMPTS = 3

@@ -18,7 +18,8 @@ from watchers import sqs_session
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import decode_body, import_callable
 from watchers.sqs_address import parse_queue
-from watchers.sqs_session import MAX_MESSAGES, Prepared, Reader, ReaderSpec, ReaderStats
+from watchers.sqs_client import MAX_MESSAGES
+from watchers.sqs_session import Prepared, Reader, ReaderSpec, ReaderStats
 
 MAX_WAIT_TIME_S = 20
 MAX_VISIBILITY_TIMEOUT_S = 43_200

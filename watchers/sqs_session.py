@@ -1,4 +1,9 @@
-"""The poller of one SQS queue: long polls, batched deletes, visibility extension, dead letters.
+"""The poller of one SQS queue: its long polls, and the readers it hands each message to.
+
+The session composes the rest, each with its own state and task: the client and its retries
+(:mod:`watchers.sqs_client`), the held messages and their visibility
+(:mod:`watchers.sqs_in_flight`), the batched deletes (:mod:`watchers.sqs_deletes`) and the dead
+letters (:mod:`watchers.sqs_dead_letters`).
 
 Every trigger reading the queue is a reader of its session and is handed each message; a message
 is deleted once every reader is done with it (its events acked, or filtered, or dead-lettered).
@@ -18,37 +23,28 @@ import contextlib
 import contextvars
 import dataclasses
 import json
-import random
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
-from botocore.exceptions import ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from triggerer.connections import get_connection
 from triggerer.triggers import TriggerEvent
-from watchers.sqs_address import SqsQueue, parse_queue
+from watchers.sqs_client import MAX_MESSAGES, QueueClient
+from watchers.sqs_dead_letters import DeadLetters
+from watchers.sqs_deletes import BatchedDeletes
+from watchers.sqs_in_flight import InFlightMessages
+
+if TYPE_CHECKING:
+    from watchers.sqs_address import SqsQueue
+    from watchers.sqs_in_flight import InFlight
 
 log = structlog.get_logger(__name__)
 
-MAX_MESSAGES = 10
-DELETE_WINDOW_S = 0.005  # acks arriving within this window share one DeleteMessageBatch
 #: How often the queue's backlog (the watcher's lag) is read: a call of its own, so not per poll.
 LAG_INTERVAL_S = 30.0
 CLEANUP_TIMEOUT_S = 10.0
-DEAD_LETTER_REASON_ATTRIBUTE = "triggerer_dead_letter_reason"
-DEAD_LETTER_SOURCE_ATTRIBUTE = "triggerer_source_queue"
-_MAX_MESSAGE_ATTRIBUTES = 10
-_MAX_REASON_CHARS = 1_000
-_THROTTLING_CODES = frozenset(
-    {"Throttling", "ThrottlingException", "RequestThrottled", "ServiceUnavailable"}
-)
-_CREDENTIAL_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 #: The SqsTrigger options of the poller: those of the first reader of a queue (in the daemon,
 #: the first watcher of the queue), whatever later readers say.
 POLLER_OPTIONS = (
@@ -187,7 +183,7 @@ class Reader:
         default_factory=asyncio.Queue
     )
     slots: asyncio.Semaphore = dataclasses.field(init=False)
-    unacked: dict[object, list[_InFlight]] = dataclasses.field(default_factory=dict)
+    unacked: dict[object, list[InFlight]] = dataclasses.field(default_factory=dict)
     reading: bool = True
 
     def __post_init__(self) -> None:
@@ -215,30 +211,14 @@ class Reader:
         await self.session.leave(self)
 
 
-@dataclasses.dataclass(eq=False)
-class _InFlight:
-    """A received message this process holds: extended until deleted or released."""
-
-    message_id: str
-    receipt_handle: str
-    visible_until: float  # time.monotonic() when SQS would make it visible again
-    sent_at: float | None  # when SQS took it in (SentTimestamp), epoch seconds
-    acked: bool = False  # being deleted
-    #: Events of readers holding the message, not yet acked.
-    owners: int = 0
-    #: Still being handed to the readers.
-    dispatching: bool = True
-    #: Some reader must see it again: once the others are done it is left to reappear.
-    redeliver: bool = False
-
-
 @dataclasses.dataclass(frozen=True)
 class _Failure:
     error: BaseException
 
 
 class _SqsSession:
-    """The client, receive loops and background tasks of one queue, for its readers."""
+    """The receive loops of one queue, handing each message to its readers, and the client,
+    held messages, deletes and dead letters they share."""
 
     def __init__(
         self,
@@ -255,23 +235,21 @@ class _SqsSession:
         self._joined = asyncio.Event()
         self._name = spec.queue.name
         self._log = log.bind(queue=self._name)
-        self._exit_stack = contextlib.AsyncExitStack()
-        self._client: Any = None
-        self._queue_url = ""
-        self._dead_letter_url: str | None = None
-        self._visibility_timeout_s = 30
-        self._max_receives = spec.max_receives
-        self._in_flight: dict[str, _InFlight] = {}
-        self._in_flight_added = asyncio.Event()
-        self._pending_deletes: list[_InFlight] = []
-        self._deletes_ready = asyncio.Event()
-        self._deletes_full = asyncio.Event()
-        self._delete_concurrency = max(2, spec.receivers)
-        self._delete_slots = asyncio.Semaphore(self._delete_concurrency)
-        self._delete_tasks: set[asyncio.Task[None]] = set()
+        self._sqs = QueueClient(self._log)
+        self._in_flight = InFlightMessages(self._sqs, self._log)
+        self._deletes = BatchedDeletes(
+            self._sqs,
+            self._in_flight,
+            self._log,
+            concurrency=max(2, spec.receivers),
+            counted=self._count_deleted,
+            batch_done=self._on_task_done,
+        )
+        self._dead_letters = DeadLetters(
+            self._sqs, self._log, queue_name=self._name, max_receives=spec.max_receives
+        )
         self._receivers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
-        self._opened = False
         self._closed = False
 
     @property
@@ -330,14 +308,14 @@ class _SqsSession:
             await self._connect()
         except BaseException as error:
             self._closed = True
-            await self._exit_stack.aclose()
+            await self._sqs.aclose()
             for reader in self._readers.values():
                 reader.events.put_nowait(_Failure(error))
             raise
-        self._opened = True
+        self._sqs.retrying = True
         self._background = [
-            self._spawn(self._extend_loop(), "sqs-extend"),
-            self._spawn(self._delete_loop(), "sqs-delete"),
+            self._spawn(self._in_flight.keep_invisible(), "sqs-extend"),
+            self._spawn(self._deletes.send_batches(), "sqs-delete"),
             self._spawn(self._lag_loop(), "sqs-lag"),
         ]
         self._receivers = [
@@ -346,35 +324,24 @@ class _SqsSession:
         ]
         self._log.info(
             "sqs_watcher_started",
-            queue_url=self._queue_url,
+            queue_url=self._sqs.queue_url,
             receivers=len(self._receivers),
-            visibility_timeout_s=self._visibility_timeout_s,
-            dead_letter_queue=self._dead_letter_url,
-            max_receives=self._max_receives,
+            visibility_timeout_s=self._in_flight.visibility_timeout_s,
+            dead_letter_queue=self._dead_letters.url,
+            max_receives=self._dead_letters.max_receives,
         )
 
     async def _connect(self) -> None:
-        location = self._spec.queue
-        connection = self._spec.connection
-        settings = {} if connection is None else get_connection(connection)
-        credentials = {key: settings[key] for key in _CREDENTIAL_KEYS if key in settings}
-        region = location.region_name or settings.get("region_name")
-        endpoint = location.endpoint_url or settings.get("endpoint_url")
-        config = AioConfig(
-            max_pool_connections=self._spec.receivers + self._delete_concurrency + 2,
-            read_timeout=self._spec.wait_time_s + 30,
-            retries={"mode": "standard"},
+        await self._sqs.connect(
+            self._spec.queue,
+            self._spec.connection,
+            pool_size=self._spec.receivers + self._deletes.concurrency + 2,
+            read_timeout_s=self._spec.wait_time_s + 30,
         )
-        self._client = await self._exit_stack.enter_async_context(
-            get_session().create_client(
-                "sqs", region_name=region, endpoint_url=endpoint, config=config, **credentials
-            )
-        )
-        self._queue_url = location.url or await self._queue_url_of(location.name)
-        with self._missing_queue(self._queue_url):
-            response = await self._call(
+        with self._sqs.missing_queue(self._sqs.queue_url):
+            response = await self._sqs.call(
                 "get_queue_attributes",
-                QueueUrl=self._queue_url,
+                QueueUrl=self._sqs.queue_url,
                 AttributeNames=[
                     "VisibilityTimeout",
                     "RedrivePolicy",
@@ -384,53 +351,12 @@ class _SqsSession:
         attributes = response.get("Attributes", {})
         self._set_lag(int(attributes.get("ApproximateNumberOfMessages", 0)))
         # A queue may say 0 (visible at once); holding a message needs some time.
-        self._visibility_timeout_s = (
+        self._in_flight.visibility_timeout_s = (
             self._spec.visibility_timeout_s or int(attributes.get("VisibilityTimeout", 0)) or 30
         )
-        await self._resolve_dead_letter_queue(attributes.get("RedrivePolicy"))
-
-    async def _queue_url_of(self, name: str, account: str | None = None) -> str:
-        arguments = {"QueueName": name}
-        if account is not None:
-            arguments["QueueOwnerAWSAccountId"] = account
-        with self._missing_queue(name):
-            response = await self._call("get_queue_url", **arguments)
-        url: str = response["QueueUrl"]
-        return url
-
-    @contextlib.contextmanager
-    def _missing_queue(self, queue: str) -> Iterator[None]:
-        """Turn the service's "no such queue" into a ``LookupError`` naming the queue."""
-        try:
-            yield
-        except ClientError as error:
-            if not is_missing_queue(error):
-                raise
-            raise LookupError(
-                f"SQS queue {queue!r} does not exist at {self._client.meta.endpoint_url} "
-                f"(region {self._client.meta.region_name}); create it or fix the queue name"
-            ) from error
-
-    async def _resolve_dead_letter_queue(self, redrive_policy: str | None) -> None:
-        """Use ``dead_letter_queue``, else the queue's redrive target (capping ``max_receives``)."""
-        if self._spec.dead_letter_queue is not None:
-            target = parse_queue(self._spec.dead_letter_queue)
-            self._dead_letter_url = target.url or await self._queue_url_of(target.name)
-            return
-        if redrive_policy is None:
-            return
-        policy = json.loads(redrive_policy)
-        *_, account, name = policy["deadLetterTargetArn"].split(":")
-        self._dead_letter_url = await self._queue_url_of(name, account)
-        redrive_receives = int(policy["maxReceiveCount"])
-        if redrive_receives < self._max_receives:
-            # SQS would move the message first, without our reason attribute.
-            self._log.warning(
-                "sqs_max_receives_lowered",
-                max_receives=self._max_receives,
-                redrive_max_receive_count=redrive_receives,
-            )
-            self._max_receives = redrive_receives
+        await self._dead_letters.resolve(
+            self._spec.dead_letter_queue, attributes.get("RedrivePolicy")
+        )
 
     def _set_lag(self, lag: int) -> None:
         for reader in self._readers.values():
@@ -441,6 +367,10 @@ class _SqsSession:
         now = datetime.now(UTC)
         for reader in self._readers.values():
             reader.stats.last_poll_at = now
+
+    def _count_deleted(self, deleted: int) -> None:
+        for reader in self._readers.values():
+            reader.stats.deleted += deleted
 
     def stop_receiving(self) -> None:
         for task in self._receivers:
@@ -456,18 +386,18 @@ class _SqsSession:
         try:
             async with asyncio.timeout(CLEANUP_TIMEOUT_S):
                 await _cancel_and_wait([*self._receivers, delete_loop])
-                await self._flush_deletes()
+                await self._deletes.flush()
                 await _cancel_and_wait([extend_loop])
-                await self._release_unacked()
+                await self._in_flight.release_unacked()
         except TimeoutError:
             self._log.warning(
                 "sqs_cleanup_timed_out",
-                pending_deletes=len(self._pending_deletes),
+                pending_deletes=len(self._deletes),
                 in_flight=len(self._in_flight),
             )
         finally:
-            await _cancel_and_wait([extend_loop, *self._delete_tasks])
-            await self._exit_stack.aclose()
+            await _cancel_and_wait([extend_loop, *self._deletes.tasks])
+            await self._sqs.aclose()
         stats = self._stats
         self._log.info(
             "sqs_watcher_stopped",
@@ -492,62 +422,35 @@ class _SqsSession:
             for reader in self._readers.values():
                 reader.events.put_nowait(_Failure(error))
 
-    async def _call(self, operation: str, **arguments: Any) -> dict[str, Any]:
-        """Call the SQS API, retrying transient errors with jittered exponential backoff.
-
-        Until the session is open an error is raised at once (after botocore's own retries):
-        a watcher that cannot start fails, and the supervisor shows the error and restarts it.
-        """
-        attempt = 0
-        while True:
-            try:
-                response: dict[str, Any] = await getattr(self._client, operation)(**arguments)
-            except (ClientError, HTTPClientError, BotoConnectionError) as error:
-                if not (self._opened and _is_transient(error)):
-                    raise
-                attempt += 1
-                jitter = random.uniform(0.5, 1.0)  # noqa: S311 - spreads retries, not a secret
-                delay_s = min(10.0, 0.1 * 2**attempt) * jitter
-                self._log.warning(
-                    "sqs_call_failed",
-                    operation=operation,
-                    error=str(error),
-                    attempt=attempt,
-                    retry_in_s=round(delay_s, 2),
-                )
-                await asyncio.sleep(delay_s)
-            else:
-                return response
-
     async def _lag_loop(self) -> None:
         while True:
             await asyncio.sleep(LAG_INTERVAL_S)
-            response = await self._call(
+            response = await self._sqs.call(
                 "get_queue_attributes",
-                QueueUrl=self._queue_url,
+                QueueUrl=self._sqs.queue_url,
                 AttributeNames=["ApproximateNumberOfMessages"],
             )
             self._set_lag(int(response["Attributes"]["ApproximateNumberOfMessages"]))
 
     async def _receive_loop(self) -> None:
         arguments: dict[str, Any] = {
-            "QueueUrl": self._queue_url,
+            "QueueUrl": self._sqs.queue_url,
             "MaxNumberOfMessages": self._spec.max_messages,
             "WaitTimeSeconds": self._spec.wait_time_s,
             "MessageSystemAttributeNames": ["All"],
             "MessageAttributeNames": ["All"],
-            "VisibilityTimeout": self._visibility_timeout_s,
+            "VisibilityTimeout": self._in_flight.visibility_timeout_s,
         }
         await self._all_joined()
         while True:
             asked_at = time.monotonic()
-            response = await self._call("receive_message", **arguments)
+            response = await self._sqs.call("receive_message", **arguments)
             self._polled()
             messages: list[dict[str, Any]] = response.get("Messages", [])
             if not messages:
                 self._set_lag(0)  # a long poll waits for any message: none is waiting
                 continue
-            held = [self._hold(message, asked_at) for message in messages]
+            held = [self._in_flight.hold(message, asked_at) for message in messages]
             if self._expected() - set(self._readers):
                 for entry in held:
                     entry.redeliver = True  # a watcher of the queue is not running now
@@ -567,7 +470,7 @@ class _SqsSession:
                     await self._joined.wait()
 
     async def _hand(
-        self, reader: Reader, messages: list[dict[str, Any]], held: list[_InFlight]
+        self, reader: Reader, messages: list[dict[str, Any]], held: list[InFlight]
     ) -> None:
         reader.stats.received += len(messages)
         for event, token, entries in await self._events_of(reader, messages, held):
@@ -582,32 +485,21 @@ class _SqsSession:
             reader.unacked[token] = entries
             reader.events.put_nowait(event)
 
-    def _settle(self, entry: _InFlight) -> None:
+    def _settle(self, entry: InFlight) -> None:
         """Once every reader is done with the message: delete it, or leave it to reappear."""
         if entry.dispatching or entry.owners or entry.acked:
             return
         if entry.redeliver:
-            self._in_flight.pop(entry.receipt_handle, None)  # no longer extended
+            self._in_flight.forget(entry)
         else:
-            self._delete_later(entry)
-
-    def _hold(self, message: dict[str, Any], asked_at: float) -> _InFlight:
-        entry = _InFlight(
-            message["MessageId"],
-            message["ReceiptHandle"],
-            asked_at + self._visibility_timeout_s,
-            _sent_timestamp(message),
-        )
-        self._in_flight[entry.receipt_handle] = entry
-        self._in_flight_added.set()
-        return entry
+            self._deletes.add(entry)
 
     async def _events_of(
-        self, reader: Reader, messages: list[dict[str, Any]], held: list[_InFlight]
-    ) -> list[tuple[TriggerEvent, object, list[_InFlight]]]:
+        self, reader: Reader, messages: list[dict[str, Any]], held: list[InFlight]
+    ) -> list[tuple[TriggerEvent, object, list[InFlight]]]:
         """The reader's events of the messages that pass, with their ack tokens and messages;
         filtered and failing messages are done for this reader."""
-        kept: list[tuple[Any, str | None, _InFlight]] = []
+        kept: list[tuple[Any, str | None, InFlight]] = []
         for message, entry in zip(messages, held, strict=True):
             try:
                 prepared = reader.spec.prepare(message)
@@ -623,7 +515,7 @@ class _SqsSession:
             kept.append((payload, partition_key, entry))
         if not reader.spec.batch:
             return [self._event(reader, payload, key, [entry]) for payload, key, entry in kept]
-        groups: dict[str | None, list[tuple[Any, _InFlight]]] = {}
+        groups: dict[str | None, list[tuple[Any, InFlight]]] = {}
         for payload, key, entry in kept:
             groups.setdefault(key, []).append((payload, entry))
         return [
@@ -637,8 +529,8 @@ class _SqsSession:
         ]
 
     def _event(
-        self, reader: Reader, payload: Any, partition_key: str | None, entries: list[_InFlight]
-    ) -> tuple[TriggerEvent, object, list[_InFlight]]:
+        self, reader: Reader, payload: Any, partition_key: str | None, entries: list[InFlight]
+    ) -> tuple[TriggerEvent, object, list[InFlight]]:
         ids = ",".join(entry.message_id for entry in entries)
         token = object()
 
@@ -655,7 +547,7 @@ class _SqsSession:
         )
         return event, token, entries
 
-    def _ack(self, reader: Reader, token: object, entries: list[_InFlight]) -> None:
+    def _ack(self, reader: Reader, token: object, entries: list[InFlight]) -> None:
         if self._closed:
             # The messages were made visible again at cleanup: redelivered, then deduplicated.
             self._log.warning("sqs_ack_after_cleanup", message_ids=[e.message_id for e in entries])
@@ -666,223 +558,15 @@ class _SqsSession:
             entry.owners -= 1
             self._settle(entry)
 
-    def _delete_later(self, entry: _InFlight) -> None:
-        entry.acked = True
-        self._pending_deletes.append(entry)
-        self._deletes_ready.set()
-        if len(self._pending_deletes) >= MAX_MESSAGES:
-            self._deletes_full.set()
-
     async def _failed(
-        self, stats: ReaderStats, message: dict[str, Any], entry: _InFlight, error: Exception
+        self, stats: ReaderStats, message: dict[str, Any], entry: InFlight, error: Exception
     ) -> None:
         """Leave a failing message for redelivery, or dead-letter it after ``max_receives``."""
         stats.failed += 1
-        reason = f"{type(error).__name__}: {error}"[:_MAX_REASON_CHARS]
-        receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
-        if receives < self._max_receives:
-            self._log.warning(
-                "sqs_message_failed",
-                message_id=entry.message_id,
-                reason=reason,
-                receives=receives,
-                max_receives=self._max_receives,
-            )
+        if await self._dead_letters.dead_letter(message, error):
+            stats.dead_lettered += 1
+        else:
             entry.redeliver = True
-            return
-        if self._dead_letter_url is None:
-            self._log.error(
-                "sqs_message_not_dead_lettered",
-                message_id=entry.message_id,
-                reason=reason,
-                receives=receives,
-                why="no dead_letter_queue and no RedrivePolicy: it stays in the queue",
-            )
-            entry.redeliver = True
-            return
-        try:
-            await self._call("send_message", **self._dead_letter_message(message, reason))
-        except ClientError as send_error:
-            self._log.error(
-                "sqs_dead_letter_failed",
-                message_id=entry.message_id,
-                reason=reason,
-                error=str(send_error),
-                why="it stays in the queue and is retried on its next receive",
-            )
-            entry.redeliver = True
-            return
-        stats.dead_lettered += 1
-        self._log.error(
-            "sqs_message_dead_lettered",
-            message_id=entry.message_id,
-            reason=reason,
-            receives=receives,
-            dead_letter_queue=self._dead_letter_url,
-        )
-
-    def _dead_letter_message(self, message: dict[str, Any], reason: str) -> dict[str, Any]:
-        ours = {
-            DEAD_LETTER_REASON_ATTRIBUTE: {"DataType": "String", "StringValue": reason},
-            DEAD_LETTER_SOURCE_ATTRIBUTE: {"DataType": "String", "StringValue": self._queue_url},
-        }
-        theirs = list(message.get("MessageAttributes", {}).items())
-        theirs = theirs[: _MAX_MESSAGE_ATTRIBUTES - len(ours)]
-        arguments: dict[str, Any] = {
-            "QueueUrl": self._dead_letter_url,
-            "MessageBody": message.get("Body", ""),
-            "MessageAttributes": {**dict(theirs), **ours},
-        }
-        if (self._dead_letter_url or "").endswith(".fifo"):
-            attributes = message.get("Attributes", {})
-            arguments["MessageGroupId"] = attributes.get("MessageGroupId", self._name)
-            arguments["MessageDeduplicationId"] = message["MessageId"]
-        return arguments
-
-    async def _delete_loop(self) -> None:
-        while True:
-            await self._deletes_ready.wait()
-            if len(self._pending_deletes) < MAX_MESSAGES:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(DELETE_WINDOW_S):
-                        await self._deletes_full.wait()
-            await self._delete_slots.acquire()
-            batch = self._take_deletes()
-            task = asyncio.create_task(self._delete_batch(batch), name="sqs-delete-batch")
-            self._delete_tasks.add(task)
-            task.add_done_callback(self._delete_batch_done)
-
-    def _take_deletes(self) -> list[_InFlight]:
-        batch = self._pending_deletes[:MAX_MESSAGES]
-        del self._pending_deletes[:MAX_MESSAGES]
-        if len(self._pending_deletes) < MAX_MESSAGES:
-            self._deletes_full.clear()
-        if not self._pending_deletes:
-            self._deletes_ready.clear()
-        return batch
-
-    def _delete_batch_done(self, task: asyncio.Task[None]) -> None:
-        self._delete_tasks.discard(task)
-        self._delete_slots.release()
-        self._on_task_done(task)
-
-    async def _delete_batch(self, batch: list[_InFlight], *, attempt: int = 0) -> None:
-        """Delete up to ten messages; entries that failed on the server side are retried."""
-        entries = [
-            {"Id": str(number), "ReceiptHandle": entry.receipt_handle}
-            for number, entry in enumerate(batch)
-        ]
-        response = await self._call(
-            "delete_message_batch", QueueUrl=self._queue_url, Entries=entries
-        )
-        retry = []
-        for failure in response.get("Failed", []):
-            entry = batch[int(failure["Id"])]
-            if failure.get("SenderFault"):
-                # The receipt handle expired: SQS redelivers the message and its dedup key
-                # keeps a second event out.
-                self._log.warning(
-                    "sqs_delete_rejected",
-                    message_id=entry.message_id,
-                    code=failure.get("Code"),
-                    error=failure.get("Message"),
-                )
-                self._in_flight.pop(entry.receipt_handle, None)
-            else:
-                retry.append(entry)
-        done = len(batch) - len(retry)
-        for reader in self._readers.values():
-            reader.stats.deleted += len(response.get("Successful", []))
-        for entry in batch:
-            if entry not in retry:
-                self._in_flight.pop(entry.receipt_handle, None)
-        if retry:
-            delay_s = min(10.0, 0.1 * 2 ** (attempt + 1))
-            self._log.warning(
-                "sqs_delete_retrying", failed=len(retry), deleted=done, retry_in_s=delay_s
-            )
-            await asyncio.sleep(delay_s)
-            await self._delete_batch(retry, attempt=attempt + 1)
-
-    async def _flush_deletes(self) -> None:
-        """Delete everything acked so far: wait for the running batches, then send the rest."""
-        while self._delete_tasks or self._pending_deletes:
-            if self._delete_tasks:
-                await asyncio.wait(list(self._delete_tasks))
-            batch = self._take_deletes()
-            if batch:
-                await self._delete_batch(batch)
-
-    async def _extend_loop(self) -> None:
-        """Keep held messages invisible: renew each one when half its visibility is used up."""
-        margin_s = self._visibility_timeout_s / 2
-        while True:
-            now = time.monotonic()
-            due = [e for e in self._in_flight.values() if e.visible_until - now <= margin_s]
-            if not due:
-                self._in_flight_added.clear()
-                next_due = min((e.visible_until for e in self._in_flight.values()), default=None)
-                timeout_s = None if next_due is None else next_due - margin_s - now
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout_s):
-                        await self._in_flight_added.wait()
-                continue
-            for start in range(0, len(due), MAX_MESSAGES):
-                await self._change_visibility(
-                    due[start : start + MAX_MESSAGES], self._visibility_timeout_s
-                )
-
-    async def _change_visibility(self, batch: list[_InFlight], timeout_s: int) -> None:
-        sent_at = time.monotonic()
-        response = await self._call(
-            "change_message_visibility_batch",
-            QueueUrl=self._queue_url,
-            Entries=[
-                {
-                    "Id": str(number),
-                    "ReceiptHandle": entry.receipt_handle,
-                    "VisibilityTimeout": timeout_s,
-                }
-                for number, entry in enumerate(batch)
-            ],
-        )
-        for entry in batch:
-            entry.visible_until = sent_at + timeout_s
-        for failure in response.get("Failed", []):
-            entry = batch[int(failure["Id"])]
-            if self._in_flight.pop(entry.receipt_handle, None) is None:
-                continue  # deleted while the call was on its way
-            # Past the 12-hour limit, or the handle expired: SQS redelivers the message.
-            self._log.warning(
-                "sqs_visibility_change_failed",
-                message_id=entry.message_id,
-                code=failure.get("Code"),
-                error=failure.get("Message"),
-            )
-
-    async def _release_unacked(self) -> None:
-        """Make messages this process will never ack visible again at once."""
-        unacked = [entry for entry in self._in_flight.values() if not entry.acked]
-        self._in_flight.clear()
-        for start in range(0, len(unacked), MAX_MESSAGES):
-            await self._change_visibility(unacked[start : start + MAX_MESSAGES], 0)
-
-
-def _is_transient(error: Exception) -> bool:
-    if isinstance(error, ClientError):
-        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        return bool(status >= 500 or _error_code(error) in _THROTTLING_CODES)
-    return True
-
-
-def is_missing_queue(error: ClientError) -> bool:
-    """Whether the service answered that the queue does not exist."""
-    return _error_code(error) in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist")
-
-
-def _error_code(error: ClientError) -> str:
-    code: str = error.response.get("Error", {}).get("Code", "")
-    return code
 
 
 async def _cancel_and_wait(tasks: list[asyncio.Task[None]] | set[asyncio.Task[None]]) -> None:
@@ -891,10 +575,3 @@ async def _cancel_and_wait(tasks: list[asyncio.Task[None]] | set[asyncio.Task[No
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _sent_timestamp(message: dict[str, Any]) -> float | None:
-    """When SQS took ``message`` in (its ``SentTimestamp`` attribute, milliseconds), as epoch
-    seconds; ``None`` without one."""
-    stamp = message.get("Attributes", {}).get("SentTimestamp")
-    return int(stamp) / 1000 if isinstance(stamp, str) and stamp.isdecimal() else None

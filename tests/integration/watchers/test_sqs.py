@@ -16,11 +16,8 @@ from structlog.testing import capture_logs
 from triggerer.triggers import TriggerEvent, load_trigger
 from watchers import SqsTrigger, sqs_session
 from watchers.producers import send_sqs
-from watchers.sqs_session import (
-    DEAD_LETTER_REASON_ATTRIBUTE,
-    DEAD_LETTER_SOURCE_ATTRIBUTE,
-    _SqsSession,
-)
+from watchers.sqs_client import QueueClient
+from watchers.sqs_dead_letters import DEAD_LETTER_REASON_ATTRIBUTE, DEAD_LETTER_SOURCE_ATTRIBUTE
 
 if TYPE_CHECKING:
     from tests.fixtures.brokers import MakeQueue
@@ -175,9 +172,9 @@ async def test_acks_are_deleted_in_batches(
 ) -> None:
     await send_sqs(sqs_queue, range(25))
     calls: list[int] = []
-    real_call = _SqsSession._call
+    real_call = QueueClient.call
 
-    async def recording_call(self: _SqsSession, operation: str, **arguments: Any) -> dict[str, Any]:
+    async def recording_call(self: QueueClient, operation: str, **arguments: Any) -> dict[str, Any]:
         if operation != "delete_message_batch":
             return await real_call(self, operation, **arguments)
         calls.append(len(arguments["Entries"]))
@@ -189,7 +186,7 @@ async def test_acks_are_deleted_in_batches(
         response["Failed"] = [{"Id": first["Id"], "SenderFault": False, "Code": "InternalError"}]
         return response
 
-    monkeypatch.setattr(_SqsSession, "_call", recording_call)
+    monkeypatch.setattr(QueueClient, "call", recording_call)
     trigger = SqsTrigger(sqs_queue, wait_time_s=1)
     with capture_logs() as logs:
         async with running(trigger) as events:
@@ -374,7 +371,7 @@ async def test_named_connection_and_sqs_uri(
             "aws_secret_access_key": "testing",
         }
     }
-    monkeypatch.setattr("watchers.sqs_session.get_connection", connections.__getitem__)
+    monkeypatch.setattr("watchers.sqs_client.get_connection", connections.__getitem__)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     await send(sqs, sqs_queue, "hello")
     trigger = SqsTrigger(f"sqs://{queue_name(sqs_queue)}", wait_time_s=1, connection="aws")
