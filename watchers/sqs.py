@@ -1,23 +1,26 @@
 """Amazon SQS watcher: ``SqsTrigger``, its options and the payload of a message.
 
-The queue addressing lives in ``watchers.sqs_address`` and the running machinery (receives,
-deletes, visibility, dead letters) in ``watchers.sqs_session``, which a trigger reads through with
-a ``ReaderSpec`` and whose ``ReaderStats`` hold its counters, lag and last poll.
+The queue addressing lives in ``watchers.sqs_address`` and the running machinery in
+``watchers.sqs_session`` (receives; with ``sqs_in_flight``, ``sqs_deletes``, ``sqs_dead_letters``
+and ``sqs_client``), which a trigger reads through with a ``ReaderSpec`` and whose
+``ReaderStats`` hold its counters, lag and last poll. ``PROVIDER`` is the SQS provider.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
 from watchers import sqs_session
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import decode_body, import_callable
-from watchers.sqs_address import parse_queue
+from watchers.sqs_address import is_sqs_queue_url, parse_queue
 from watchers.sqs_client import MAX_MESSAGES
 from watchers.sqs_session import Prepared, Reader, ReaderSpec, ReaderStats
 
@@ -259,3 +262,34 @@ def _filter_option(payload_filter: PayloadFilter) -> dict[str, Any]:
     if payload_filter.one_of:
         return {"path": payload_filter.path, "one_of": list(payload_filter.one_of)}
     return {"path": payload_filter.path, "equals": payload_filter.equals}
+
+
+# -- the SQS provider: sqs:// URIs and queue URLs, and the pollers its triggers share
+
+
+def _trigger_of_uri(uri: str, **options: Any) -> SqsTrigger:
+    if uri.lower().startswith(("http://", "https://")) and not is_sqs_queue_url(uri):
+        raise ValueError(
+            f"queue {uri!r} is not an SQS queue URL: give https://sqs.<region>.amazonaws.com/"
+            "<account>/<name>, sqs://queue-name?region=.. or another provider's URI"
+        )
+    return SqsTrigger(queue=uri, **options)
+
+
+class _SharedPollers(SharedReaders):
+    """The daemon's SQS pollers, one per queue (:mod:`watchers.sqs_session`): each watcher of a
+    queue sees every message, deleted once all of them are done with it."""
+
+    def __init__(self, deployment: str) -> None:  # a queue's poller serves every deployment
+        self._pollers = sqs_session.Pollers()
+
+    def sharing(self) -> AbstractContextManager[None]:
+        return sqs_session.sharing(self._pollers)
+
+    def keep(self, triggers: Iterable[BaseEventTrigger]) -> None:
+        self._pollers.keep(trigger for trigger in triggers if isinstance(trigger, SqsTrigger))
+
+
+PROVIDER = Provider(
+    name="sqs", schemes=("sqs", "https", "http"), trigger=_trigger_of_uri, shared=_SharedPollers
+)
