@@ -10,7 +10,12 @@ from pathlib import Path
 BENCHMARKS = (
     "bench_kafka",
     "bench_sqs",
-    "bench_daemon",
+    "bench_latency",
+    "bench_spark",
+    "bench_ingest",
+    "bench_idle",
+    "bench_idle_demo",
+    "bench_fanout",
     "bench_listeners",
     "bench_api",
     "bench_ui",

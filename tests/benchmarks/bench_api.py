@@ -39,7 +39,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from deploy.local.services import free_port
-from tests.benchmarks.bench_daemon import DEFAULT_PG_URL, database
+from tests.benchmarks.harness import DEFAULT_PG_URL, database
 from tests.benchmarks.report import publish
 from triggerer.service.api.schemas import NewAssetEvent  # noqa: TC001  # FastAPI reads it at runtime
 from triggerer.service.api.server import api_server

@@ -3,7 +3,7 @@
     python -m tests.benchmarks.bench_listeners --out bench_listeners.json [--quick]
 
 Pre-produced Kafka messages (4 partitions) into committed events with queue rows, as
-``bench_daemon``'s throughput part (its pipelines and its instrumented daemon): the consumer
+``bench_ingest``'s throughput parts (their pipelines, observed the same way): the consumer
 pipeline is scheduled on ``[orders, never]``, so no run starts. Each variant runs in a child
 process of its own with a fresh database and consumer group:
 
@@ -35,24 +35,24 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from prometheus_client import REGISTRY
 
 if __package__ in (None, ""):  # run as a script: put the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from deploy.local.services import tansu
-from tests.benchmarks.bench_daemon import (
+from tests.benchmarks.bench_ingest import PIPELINES, WARM, prepare_topic
+from tests.benchmarks.harness import (
     DEFAULT_PG_URL,
     GROUP_OPTIONS,
-    THROUGHPUT_PIPELINES,
-    WARM,
+    daemon_settings,
     database,
-    prepare_throughput_topic,
+    running,
 )
-from tests.benchmarks.daemon_probe import Probe, daemon
+from tests.benchmarks.observe import IngestLog, StoreWatch, metric_value
 from tests.benchmarks.report import publish
 from tests.e2e.daemon import write_pipelines
-from triggerer.service.config import LoggingSettings, Settings
+from triggerer.service import metrics
+from triggerer.service.config import LoggingSettings
 from triggerer.service.logs import configure_logging
 
 BACKENDS = ("sqlite", "postgresql")
@@ -74,10 +74,6 @@ LISTENER = """
 """
 
 
-def _sample(name: str) -> float:
-    return REGISTRY.get_sample_value(name) or 0.0
-
-
 async def run_variant(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """One daemon over the whole topic, with or without the sleeping listener."""
     plugins: tuple[str, ...] = ()
@@ -90,7 +86,7 @@ async def run_variant(args: argparse.Namespace, workdir: Path) -> dict[str, Any]
         plugins = (name,)
     write_pipelines(
         workdir / "pipelines",
-        THROUGHPUT_PIPELINES.format(
+        PIPELINES.format(
             bootstrap=args.bootstrap,
             topic=args.topic,
             group=f"{args.topic}-{uuid.uuid4().hex[:8]}",
@@ -99,34 +95,35 @@ async def run_variant(args: argparse.Namespace, workdir: Path) -> dict[str, Any]
     )
     count = args.messages
     with database(args.backend, workdir, args.pg_url, "listeners") as database_url:
-        settings = Settings.model_validate(
-            {
-                "database": {"url": database_url},
-                "pipelines": {"dir": workdir / "pipelines"},
-                "spark": {"logs_dir": workdir / "logs"},
-                "logging": {"level": "WARNING"},
-                "listeners": {"plugins": plugins},
-                "api": {"enabled": False},  # not measured here
-            }
-        )
-        probe = Probe()
-        async with daemon(settings, probe) as service:
-            await probe.wait_until(
-                lambda: service.ingest.events_recorded >= count, timeout_s=max(300, count / 200)
-            )
-            waiting = service.notifier._pending_events  # instrumentation: the queue now
-            dropped = int(_sample("triggerer_listener_events_dropped_total"))
-            at_end = {"heard": count - waiting - dropped, "waiting": waiting, "dropped": dropped}
-    commits = probe.commits
-    warm = next(c for c in commits if c.recorded >= count * WARM)
-    last = commits[-1]
-    steady_s = last.ended - warm.ended
+        settings = daemon_settings(workdir, database_url, listeners={"plugins": plugins})
+        with StoreWatch() as watch:
+            log = IngestLog(watch)
+            async with running(settings), anyio.create_task_group() as tasks:
+                tasks.start_soon(log.run)
+                last = await log.wait_recorded(count, timeout_s=max(300, count / 200))
+                tasks.cancel_scope.cancel()
+                pending = metric_value(
+                    metrics.LISTENER_PENDING, "triggerer_listener_pending_events"
+                )
+                waiting = int(pending)
+                dropped = int(
+                    metric_value(
+                        metrics.LISTENER_DROPPED, "triggerer_listener_events_dropped_total"
+                    )
+                )
+                at_end = {
+                    "heard": count - waiting - dropped,
+                    "waiting": waiting,
+                    "dropped": dropped,
+                }
+    warm = log.first(count * WARM)
+    steady_s = last.at - warm.at
     return {
         "events_per_s": round((last.recorded - warm.recorded) / steady_s),
         "daemon_cpu_us_per_event": round(
-            1e6 * (last.cpu - warm.cpu) / (last.recorded - warm.recorded), 1
+            1e6 * (last.cpu_s - warm.cpu_s) / (last.recorded - warm.recorded), 1
         ),
-        "commits": len(commits),
+        "commits": last.commits,
         "listener_at_ingest_end": at_end if plugins else None,
     }
 
@@ -160,7 +157,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         broker.start()
         try:
             produced = time.perf_counter()
-            topic = anyio.run(prepare_throughput_topic, broker.address, args.messages)
+            topic = anyio.run(prepare_topic, broker.address, args.messages)
             results["meta"]["produce_s"] = round(time.perf_counter() - produced, 1)
             for backend in BACKENDS:
                 runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
