@@ -17,12 +17,13 @@ from playwright.async_api import ConsoleMessage, Page, async_playwright, expect
 
 from tests.e2e.daemon import ORDERS
 from tests.e2e.test_api import api_url
+from triggerer.service.api.app import STATIC
 
 if TYPE_CHECKING:
     from tests.e2e.daemon import Deployment
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-VENDOR = Path(__file__).parents[2] / "triggerer" / "api" / "static" / "vendor" / ".built"
+VENDOR = STATIC / "vendor" / ".built"
 SCREENSHOTS = Path(__file__).parents[2] / "var" / "screenshots"
 TOKEN = "ui-token"  # noqa: S105 - the token this test configures
 PIPELINES = """
