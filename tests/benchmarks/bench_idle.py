@@ -33,12 +33,11 @@ if __package__ in (None, ""):  # run as a script: put the repository root on the
 
 from tests.benchmarks import baselines
 from tests.benchmarks.bench_kafka import create_topics, rss_mb
-from tests.benchmarks.harness import Bench, daemon_settings, main, running
+from tests.benchmarks.harness import Bench, daemon_settings, import_providers, main, running
 from tests.benchmarks.observe import StoreWatch, metric_series
 from tests.benchmarks.stats import cpu_s, cpu_ticks, machine_busy_percent, process_status
 from tests.e2e.daemon import write_pipelines
 from triggerer.service import metrics
-from watchers import providers
 
 HEARTBEAT_WAIT_S = 60.0
 SETTLE_S = 5.0
@@ -77,9 +76,7 @@ async def part_idle(args: argparse.Namespace, workdir: Path, kind: str) -> dict[
         trigger = FILE_TRIGGER
     write_pipelines(workdir / "pipelines", PIPELINES.format(trigger=trigger, sources=sources))
     settings = daemon_settings(workdir, f"sqlite:///{workdir / 'triggerer.db'}")
-    # The daemon imports every installed queue provider as it starts (the AWS client among
-    # them): code, not watchers, so imported before the first reading.
-    providers.installed()
+    import_providers()
     rss_before = rss_mb()
     started = time.time()
     with StoreWatch() as watch:

@@ -39,7 +39,7 @@ from tests.benchmarks.report import publish
 from triggerer.service.config import LoggingSettings, Settings
 from triggerer.service.daemon.service import Service, serve
 from triggerer.service.logs import configure_logging
-from watchers import kafka_fetcher
+from watchers import kafka_fetcher, providers
 from watchers.kafka import KafkaTrigger
 
 if TYPE_CHECKING:
@@ -107,6 +107,13 @@ class Daemon:
         else by the KafkaTriggers' own consumers."""
         shared = sum(fetcher.fetched for fetcher in self._fetchers or ())
         return shared or sum(t.messages for t in self.kafka_triggers())
+
+
+def import_providers() -> None:
+    """Import what a daemon imports as it starts: every installed queue provider (the AWS
+    client among them). Code, not watchers: a part that counts the daemon's memory or CPU
+    from before its start calls this first, so its first daemon is not charged for it."""
+    providers.installed()
 
 
 @contextlib.asynccontextmanager
