@@ -20,13 +20,14 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import OffsetAndMetadata
 
+from triggerer.backoff import Backoff
 from triggerer.connections import get_connection
 from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import kafka_fetcher
 from watchers.filters import PayloadFilter, lookup
 from watchers.kafka_client import (
-    Backoff,
+    BACKOFF_MAX_S,
     Listener,
     Poller,
     connect,
@@ -433,7 +434,7 @@ class KafkaTrigger(BaseEventTrigger):
             dead_letter_topic=topic,
             error=reason.decode(errors="replace"),
         )
-        backoff = Backoff()
+        backoff = Backoff(max_s=BACKOFF_MAX_S)
         while True:
             try:
                 producer = await self._dead_letter_producer()

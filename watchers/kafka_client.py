@@ -4,7 +4,6 @@ poll and wait out transient broker errors, and hear about rebalances."""
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
@@ -14,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import IllegalStateError, KafkaConnectionError, KafkaError
 
+from triggerer.backoff import Backoff
 from watchers.kafka_metadata import topic_ids
 
 log = structlog.get_logger(__name__)
@@ -21,23 +21,12 @@ log = structlog.get_logger(__name__)
 Record: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
 POLL_TIMEOUT_MS = 1000
-_BACKOFF_MIN_S = 0.1
-_BACKOFF_MAX_S = 5.0
+BACKOFF_MAX_S = 5.0
+"""The longest wait between retries of a transient broker error."""
 TOPIC_LOOK_INTERVAL_S = 5.0
 """How often a consumer asks the cluster whether its topics were recreated."""
 CONNECT_TRIES = 3
 """Tries to reach the brokers (0.1 and 0.2 s apart) before a watcher fails with the error."""
-
-
-class Backoff:
-    """Jittered exponential waits between retries of a transient broker error."""
-
-    def __init__(self) -> None:
-        self._delay_s = _BACKOFF_MIN_S
-
-    async def wait(self) -> None:
-        await asyncio.sleep(self._delay_s * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
-        self._delay_s = min(self._delay_s * 2, _BACKOFF_MAX_S)
 
 
 def raise_unless_transient(error: KafkaError) -> None:
@@ -88,7 +77,7 @@ async def connect(
     naming them: the trigger fails, so its watcher shows the error and is started again with
     the daemon's backoff, instead of showing ``running``.
     """
-    backoff = Backoff()
+    backoff = Backoff(max_s=BACKOFF_MAX_S)
     servers = settings["bootstrap_servers"]
     tries = 0
     while True:
@@ -135,7 +124,7 @@ class Poller:
 
     async def poll(self, *, max_records: int) -> dict[TopicPartition, list[Record]]:
         """The next batch (empty after :data:`POLL_TIMEOUT_MS` without messages)."""
-        backoff = Backoff()
+        backoff = Backoff(max_s=BACKOFF_MAX_S)
         while True:
             try:
                 batch: dict[TopicPartition, list[Record]] = await self._consumer.getmany(

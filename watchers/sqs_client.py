@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from triggerer.backoff import backoff_s
 from triggerer.connections import get_connection
 
 if TYPE_CHECKING:
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 #: The most messages one SQS call receives, deletes or changes the visibility of.
 MAX_MESSAGES = 10
+RETRY_MAX_S = 10.0
+"""The longest wait between retries of a transient SQS error."""
 _THROTTLING_CODES = frozenset(
     {"Throttling", "ThrottlingException", "RequestThrottled", "ServiceUnavailable"}
 )
@@ -69,7 +71,7 @@ class QueueClient:
         await self._exit_stack.aclose()
 
     async def call(self, operation: str, **arguments: Any) -> dict[str, Any]:
-        """Call the SQS API, retrying transient errors with jittered exponential backoff.
+        """Call the SQS API, retrying transient errors with the project's backoff.
 
         Until the session is open an error is raised at once (after botocore's own retries):
         a watcher that cannot start fails, and the supervisor shows the error and restarts it.
@@ -82,8 +84,7 @@ class QueueClient:
                 if not (self.retrying and _is_transient(error)):
                     raise
                 attempt += 1
-                jitter = random.uniform(0.5, 1.0)  # noqa: S311 - spreads retries, not a secret
-                delay_s = min(10.0, 0.1 * 2**attempt) * jitter
+                delay_s = backoff_s(attempt, RETRY_MAX_S)
                 self._log.warning(
                     "sqs_call_failed",
                     operation=operation,

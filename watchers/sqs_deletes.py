@@ -13,7 +13,8 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from watchers.sqs_client import MAX_MESSAGES
+from triggerer.backoff import backoff_s
+from watchers.sqs_client import MAX_MESSAGES, RETRY_MAX_S
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -131,7 +132,7 @@ class BatchedDeletes:
             if entry not in retry:
                 self._in_flight.forget(entry)
         if retry:
-            delay_s = min(10.0, 0.1 * 2 ** (attempt + 1))
+            delay_s = backoff_s(attempt + 1, RETRY_MAX_S)
             self._log.warning(
                 "sqs_delete_retrying", failed=len(retry), deleted=done, retry_in_s=delay_s
             )

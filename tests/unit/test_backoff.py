@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triggerer.service.daemon.backoff import backoff_s
+from triggerer.backoff import backoff_s
 
 
 @pytest.mark.parametrize(("attempt", "ceiling"), [(1, 0.1), (2, 0.2), (4, 0.8), (10, 10.0)])

@@ -1,32 +1,23 @@
-"""Jittered exponential backoff, and the loops that ride out a store outage with it."""
+"""The loops that ride out a store outage, waiting with the project's backoff between tries."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import anyio
 import structlog
 
+from triggerer.backoff import backoff_s
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-BASE_S = 0.1
 STORE_RETRY_MAX_S = 10.0
 HEALTHY_AFTER_S = 60.0
 """A loop that ran this long before failing starts its backoff from the beginning again."""
-
-
-def backoff_s(attempt: int, max_s: float, base_s: float = BASE_S) -> float:
-    """Seconds to wait before retry ``attempt`` (1-based): doubling, capped, with full jitter
-    in the upper half so instances that failed together do not retry together."""
-    doublings = min(max(0, attempt - 1), 64)  # past any cap long before; 2.0**1024 overflows
-    ceiling = min(max_s, base_s * 2.0**doublings)
-    return ceiling * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not cryptography
 
 
 async def until_stored(action: Callable[[], Awaitable[T]], *, during: str) -> T:

@@ -34,9 +34,10 @@ import anyio
 import structlog
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from triggerer.backoff import backoff_s
 from triggerer.listeners import listener_manager
 from triggerer.service import metrics
-from triggerer.service.daemon.backoff import HEALTHY_AFTER_S, backoff_s, until_stored
+from triggerer.service.daemon.backoff import HEALTHY_AFTER_S, until_stored
 from triggerer.service.daemon.listener_process import (
     ACKS,
     command,

@@ -24,8 +24,8 @@ import anyio
 import anyio.abc
 import structlog
 
+from triggerer.backoff import backoff_s
 from triggerer.service import lifeline
-from triggerer.service.daemon.backoff import backoff_s
 from triggerer.service.processes import LOOPBACK, spark_conf, spark_env, spark_home, terminate
 
 if TYPE_CHECKING:

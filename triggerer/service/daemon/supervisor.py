@@ -13,8 +13,9 @@ import structlog
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
+from triggerer.backoff import backoff_s
 from triggerer.service import metrics
-from triggerer.service.daemon.backoff import HEALTHY_AFTER_S, backoff_s, until_stored
+from triggerer.service.daemon.backoff import HEALTHY_AFTER_S, until_stored
 from triggerer.service.store.models import NAME_LENGTH, TriggerState
 from triggerer.service.store.types import storable_text, utcnow
 from triggerer.triggers import BaseEventTrigger, load_trigger

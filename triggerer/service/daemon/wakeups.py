@@ -9,7 +9,7 @@ import anyio
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from triggerer.service.daemon.backoff import backoff_s
+from triggerer.backoff import backoff_s
 from triggerer.service.store.notices import CHANNEL, QUEUED
 
 log = structlog.get_logger(__name__)
