@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import json
 import urllib.parse
-from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 from aiokafka.helpers import create_ssl_context
-from aiokafka.structs import OffsetAndMetadata
 
 from triggerer.backoff import Backoff
 from triggerer.connections import get_connection
@@ -28,10 +24,6 @@ from watchers import kafka_fetcher
 from watchers.filters import PayloadFilter, lookup
 from watchers.kafka_client import (
     BACKOFF_MAX_S,
-    Listener,
-    Poller,
-    connect,
-    last_answer,
     raise_unless_transient,
 )
 from watchers.payloads import decode_body, import_callable
@@ -120,17 +112,7 @@ class KafkaTrigger(BaseEventTrigger):
     dead_lettered: int = dataclasses.field(default=0, init=False)
     acked: int = dataclasses.field(default=0, init=False)
 
-    _consumer: AIOKafkaConsumer | None = dataclasses.field(default=None, init=False)
     _producer: AIOKafkaProducer | None = dataclasses.field(default=None, init=False)
-    _commit_task: asyncio.Task[None] | None = dataclasses.field(default=None, init=False)
-    _commit_lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, init=False)
-    _partitions: dict[TopicPartition, _Partition] = dataclasses.field(
-        default_factory=dict, init=False
-    )
-    _in_flight: int = dataclasses.field(default=0, init=False)
-    _room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
-    _lag: int | None = dataclasses.field(default=None, init=False)
-    _partition_lag: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict, init=False)
     _reader: kafka_fetcher.Reader | None = dataclasses.field(default=None, init=False)
 
     shareable = True
@@ -157,7 +139,6 @@ class KafkaTrigger(BaseEventTrigger):
             PayloadFilter.from_option(self.filter)
         if self.partition_key_path is not None:
             lookup(None, self.partition_key_path)
-        self._room.set()
 
     @property
     def consumer_group(self) -> str:
@@ -195,35 +176,26 @@ class KafkaTrigger(BaseEventTrigger):
     @property
     def assignment(self) -> list[str]:
         """The partitions this member owns now, as ``topic/partition``."""
-        if self._reader is not None:
-            return _names(set(self._reader.cursors))
-        return _names(set(self._partitions))
+        return [] if self._reader is None else _names(set(self._reader.cursors))
 
     @property
     def lag(self) -> int | None:
         """Messages of the assigned partitions not yet done, as of the last poll; ``None`` while
         unknown (no partition assigned or fetched yet)."""
-        if self._reader is not None:
-            by_partition = self._reader.lag_by_partition
-            return sum(by_partition.values()) if by_partition else None
-        return self._lag
+        by_partition = self.lag_by_partition
+        return sum(by_partition.values()) if by_partition else None
 
     @property
     def lag_by_partition(self) -> dict[tuple[str, int], int]:
         """The lag of each assigned ``(topic, partition)`` as of the last poll (the parts of
         :attr:`lag`); empty while unknown."""
-        if self._reader is not None:
-            return self._reader.lag_by_partition
-        return dict(self._partition_lag)
+        return {} if self._reader is None else self._reader.lag_by_partition
 
     @property
     def last_poll_at(self) -> datetime | None:
         """When a broker last answered a fetch of the assigned partitions (aiokafka fetches in
         the background), an empty answer included."""
-        if self._reader is not None:
-            return self._reader.last_answer
-        consumer = self._consumer
-        return None if consumer is None else last_answer(consumer, consumer.assignment())
+        return None if self._reader is None else self._reader.last_answer
 
     def consumer_settings(self) -> dict[str, Any]:
         """The options of this trigger's consumer (aiokafka's), but its group and topics."""
@@ -248,60 +220,28 @@ class KafkaTrigger(BaseEventTrigger):
         )
 
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
-        await self.cleanup()  # a previous run's consumer, when the daemon restarts this trigger
+        await self.cleanup()  # a previous run's reader, when the daemon restarts this trigger
         apply = None
         if self.apply_function is not None:
             apply = import_callable(self.apply_function, option="apply_function")
         payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
-        fetchers = kafka_fetcher.current()
-        if self.shared_fetch and fetchers is not None:
-            self._reader = await fetchers.join(self.reader_spec())
-            async for shared in self._run_shared(self._reader, apply, payload_filter):
-                yield shared
-            return
-        consumer = await self._connect()
-        poller = Poller(consumer, self.consumer_group, self.auto_offset_reset)
-        self._commit_task = asyncio.create_task(self._commit_loop(), name="kafka-commit")
-        while True:
-            if self._commit_task.done():
-                self._commit_task.result()  # raises the error that stopped committing
-            # Here the previous batch is in the partitions' pending offsets: an exact count.
-            self._lag = await self._measure_lag(consumer)
-            await self._room.wait()
-            batch = await poller.poll(max_records=self.max_in_flight - self._in_flight)
-            for tp, records in batch.items():
-                partition = self._partitions.get(tp)
-                if partition is not None and records[0].offset < partition.next:
-                    partition = self._reset(partition, records[0].offset)
-                for record in records:
-                    # Revoked meanwhile: its next owner, maybe this one again, reads from the
-                    # committed offset. (aiokafka calls the assign listener before it can fetch.)
-                    if partition is None or partition.revoked:
-                        break
-                    partition.fetched(record.offset)
-                    ack = _Ack(self, partition, record.offset)
-                    event = await self._handle(record, ack, apply, payload_filter)
-                    if event is None:
-                        partition.done(record.offset)
-                        continue
-                    partition.unacked += 1
-                    self._in_flight += 1
-                    if self._in_flight >= self.max_in_flight:
-                        self._room.clear()
-                    yield event
-
-    async def _run_shared(
-        self,
-        reader: kafka_fetcher.Reader,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> AsyncGenerator[TriggerEvent, None]:
+        shared = kafka_fetcher.current() if self.shared_fetch else None
+        if shared is not None:
+            reader = self._reader = await shared.join(self.reader_spec())
+        else:
+            # A consumer of its own, a member of ``consumer_group``: a fetcher it alone reads.
+            fetcher = kafka_fetcher.Fetcher(
+                self.consumer_settings(),
+                group_id=self.consumer_group,
+                commit_interval_s=self.commit_interval_ms / 1000,
+            )
+            reader = self._reader = await fetcher.join(self.reader_spec())
         messages = reader.messages
         while True:
             if not messages:
                 await reader.wait()
             record, cursor = messages.popleft()
-            ack = _SharedAck(self, cursor, record.offset)
+            ack = _Ack(self, cursor, record.offset)
             event = await self._handle(record, ack, apply, payload_filter)
             if event is None:
                 reader.done(cursor, record.offset)
@@ -309,36 +249,14 @@ class KafkaTrigger(BaseEventTrigger):
                 yield event
 
     async def cleanup(self) -> None:
-        """Commit what is acknowledged, then stop the consumer and producer; idempotent."""
+        """Leave the fetcher (whose last reader commits what is acknowledged and stops its
+        consumer), then stop the dead-letter producer; idempotent."""
         reader, self._reader = self._reader, None
         if reader is not None:
             await reader.fetcher.leave(reader)
-        commit_task, self._commit_task = self._commit_task, None
-        if commit_task is not None:
-            commit_task.cancel()
-            # An error that stopped the commit task was raised by run() already.
-            with contextlib.suppress(asyncio.CancelledError, KafkaError):
-                await commit_task
-        consumer, producer = self._consumer, self._producer
-        self._consumer = self._producer = None
-        self._lag = None
-        self._partition_lag = {}
-        if consumer is not None:
-            with anyio.move_on_after(_CLOSE_TIMEOUT_S, shield=True) as scope:
-                try:
-                    await self._commit(consumer, list(self._partitions.values()))
-                except KafkaError as error:
-                    # Acknowledged messages after the last commit will be delivered again.
-                    log.warning(
-                        "kafka_final_commit_failed", group_id=self.consumer_group, error=str(error)
-                    )
-            if scope.cancelled_caught:
-                log.warning("kafka_final_commit_timed_out", group_id=self.consumer_group)
-        self._forget(list(self._partitions.values()))
-        with anyio.CancelScope(shield=True):
-            if consumer is not None:
-                await consumer.stop()
-            if producer is not None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with anyio.CancelScope(shield=True):
                 await producer.stop()
 
     # -- handling one message
@@ -346,7 +264,7 @@ class KafkaTrigger(BaseEventTrigger):
     async def _handle(
         self,
         record: ConsumerRecord[bytes, bytes],
-        ack: _Ack | _SharedAck,
+        ack: _Ack,
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
     ) -> TriggerEvent | None:
@@ -368,7 +286,7 @@ class KafkaTrigger(BaseEventTrigger):
     def _process(
         self,
         record: ConsumerRecord[bytes, bytes],
-        ack: _Ack | _SharedAck,
+        ack: _Ack,
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
     ) -> TriggerEvent | None:
@@ -383,7 +301,7 @@ class KafkaTrigger(BaseEventTrigger):
     def _event(
         self,
         record: ConsumerRecord[bytes, bytes],
-        ack: _Ack | _SharedAck,
+        ack: _Ack,
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
     ) -> TriggerEvent | None:
@@ -460,127 +378,6 @@ class KafkaTrigger(BaseEventTrigger):
             self._producer = producer
         return self._producer
 
-    # -- acknowledgements and commits
-
-    def _ack(self, partition: _Partition, offset: int) -> None:
-        if partition.revoked:
-            return  # another member owns the partition now and reads it from the committed offset
-        self.acked += 1
-        partition.unacked -= 1
-        self._in_flight -= 1
-        self._room.set()
-        partition.done(offset)
-
-    async def _commit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.commit_interval_ms / 1000)  # the commit batching interval
-            consumer = self._consumer
-            if consumer is None:
-                return
-            try:
-                await self._commit(consumer, list(self._partitions.values()))
-            except (CommitFailedError, IllegalStateError) as error:
-                # The group is rebalancing: the revoke listener commits what is acknowledged.
-                log.info("kafka_commit_skipped", group_id=self.consumer_group, error=str(error))
-            except KafkaError as error:
-                raise_unless_transient(error)
-                log.warning("kafka_commit_failed", group_id=self.consumer_group, error=str(error))
-
-    async def _commit(self, consumer: AIOKafkaConsumer, partitions: Iterable[_Partition]) -> None:
-        async with self._commit_lock:  # one commit at a time, so offsets never move backwards
-            offsets = {
-                p.tp: OffsetAndMetadata(p.position, "")
-                for p in partitions
-                if not p.revoked and p.position is not None and p.position != p.committed
-            }
-            if not offsets:
-                return
-            await consumer.commit(offsets)
-            for p in partitions:
-                if p.tp in offsets and not p.revoked:
-                    p.committed = offsets[p.tp].offset
-
-    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
-        partitions = [self._partitions[tp] for tp in revoked if tp in self._partitions]
-        consumer = self._consumer
-        if consumer is not None and partitions:
-            try:
-                await self._commit(consumer, partitions)
-            except KafkaError as error:
-                # The next owner reads from the last commit: a redelivery, deduplicated by key.
-                log.warning(
-                    "kafka_revoke_commit_failed", group_id=self.consumer_group, error=str(error)
-                )
-        self._forget(partitions)
-        log.info(
-            "kafka_partitions_revoked", group_id=self.consumer_group, partitions=_names(revoked)
-        )
-
-    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._forget([p for tp, p in self._partitions.items() if tp in assigned])
-        for tp in assigned:
-            self._partitions[tp] = _Partition(tp)
-        log.info(
-            "kafka_partitions_assigned", group_id=self.consumer_group, partitions=_names(assigned)
-        )
-
-    def _reset(self, partition: _Partition, offset: int) -> _Partition:
-        """The consumer went back to ``offset``: the topic was recreated (the poller moved it to
-        its start) or truncated (the client reset it). The partition is read afresh; events of
-        the old offsets still in flight are acked on the old bookkeeping, which commits no
-        more."""
-        log.warning(
-            "kafka_partition_reset",
-            group_id=self.consumer_group,
-            partition=f"{partition.tp.topic}/{partition.tp.partition}",
-            fetched_up_to=partition.next,
-            restarted_at=offset,
-        )
-        fresh = self._partitions[partition.tp] = _Partition(partition.tp)
-        return fresh
-
-    def _forget(self, partitions: list[_Partition]) -> None:
-        """Drop partitions: their un-acked events no longer count and their acks do nothing."""
-        for partition in partitions:
-            partition.revoked = True
-            self._in_flight -= partition.unacked
-            self._partitions.pop(partition.tp, None)
-        self._room.set()
-
-    async def _measure_lag(self, consumer: AIOKafkaConsumer) -> int | None:
-        """The sum over assigned partitions of highwater minus the oldest offset not done;
-        each partition's part is kept for :attr:`lag_by_partition`."""
-        # Read together, with no await between: a rebalance cannot change the assignment midway.
-        highwaters = {tp: consumer.highwater(tp) for tp in consumer.assignment()}
-        self._partition_lag = {}
-        if not highwaters or None in highwaters.values():
-            return None
-        by_partition: dict[tuple[str, int], int] = {}
-        for tp, highwater in highwaters.items():
-            partition = self._partitions.get(tp)
-            if partition is not None and partition.pending:
-                start = partition.pending[0]
-            else:
-                try:
-                    start = await consumer.position(tp)  # fetched up to here, all of it done
-                except IllegalStateError:
-                    return None  # revoked meanwhile: measured again after the next poll
-            by_partition[tp.topic, tp.partition] = highwater - start
-        self._partition_lag = by_partition
-        return sum(by_partition.values())
-
-    # -- connecting and polling
-
-    async def _connect(self) -> AIOKafkaConsumer:
-        listener = Listener(revoked=self._on_revoked, assigned=self._on_assigned)
-        self._consumer = await connect(
-            self.consumer_settings(),
-            group_id=self.consumer_group,
-            topics=self.topics,
-            listener=listener,
-        )
-        return self._consumer
-
     def _security_options(self) -> dict[str, Any]:
         if self.connection is None:
             return {}
@@ -600,42 +397,8 @@ class KafkaTrigger(BaseEventTrigger):
         return options
 
 
-@dataclasses.dataclass(eq=False, slots=True)
-class _Partition:
-    """The offsets of one partition in one assignment; once revoked, its acks do nothing."""
-
-    tp: TopicPartition
-    #: Offsets handled in this assignment, oldest first, from the oldest not yet done.
-    pending: deque[int] = dataclasses.field(default_factory=deque)
-    #: Offsets done (acked, filtered or dead-lettered) while an older one is still pending.
-    done_early: set[int] = dataclasses.field(default_factory=set)
-    #: Every offset below is done: the offset to commit.
-    position: int | None = None
-    committed: int | None = None
-    unacked: int = 0
-    revoked: bool = False
-    #: The offset after the last one fetched.
-    next: int = 0
-
-    def fetched(self, offset: int) -> None:
-        self.pending.append(offset)
-        self.next = offset + 1
-
-    def done(self, offset: int) -> None:
-        pending = self.pending
-        if not pending or pending[0] != offset:
-            self.done_early.add(offset)
-            return
-        pending.popleft()
-        self.position = offset + 1
-        while pending and pending[0] in self.done_early:
-            offset = pending.popleft()
-            self.done_early.remove(offset)
-            self.position = offset + 1
-
-
-class _SharedAck:
-    """The ``ack`` of one event read through the shared fetcher: marks its offset done, once."""
+class _Ack:
+    """The ``ack`` of one event: marks its offset done for its reader, once."""
 
     __slots__ = ("_acked", "_cursor", "_offset", "_trigger")
 
@@ -651,23 +414,6 @@ class _SharedAck:
             if not self._cursor.gone:
                 self._trigger.acked += 1
             self._cursor.reader.done(self._cursor, self._offset)
-
-
-class _Ack:
-    """The ``ack`` of one event: marks its offset done, once."""
-
-    __slots__ = ("_acked", "_offset", "_partition", "_trigger")
-
-    def __init__(self, trigger: KafkaTrigger, partition: _Partition, offset: int) -> None:
-        self._trigger = trigger
-        self._partition = partition
-        self._offset = offset
-        self._acked = False
-
-    async def __call__(self) -> None:
-        if not self._acked:
-            self._acked = True
-            self._trigger._ack(self._partition, self._offset)
 
 
 def dedup_key(record: ConsumerRecord[bytes, bytes]) -> str:

@@ -1,9 +1,12 @@
-"""One Kafka consumer and fetch loop shared by the daemon's KafkaTriggers of one cluster.
+"""The Kafka consumer and fetch loop KafkaTriggers read through, and their offset bookkeeping.
 
-Each topic is fetched once and every message is handed to each trigger reading it (fan-out). The
-shared consumer is a member of one consumer group, so daemon instances still split partitions
-as competing consumers, and standard lag tools see that group. A partition's offset is
-committed only up to where every trigger reading it has acknowledged its events.
+In the daemon, one :class:`Fetcher` per cluster and consumer settings is shared by its
+KafkaTriggers (:class:`Fetchers`): each topic is fetched once and every message is handed to
+each trigger reading it (fan-out). A trigger with a ``group_id`` of its own, or run on its own,
+reads through a fetcher of its own in that group. A fetcher's consumer is a member of one
+consumer group, so daemon instances still split partitions as competing consumers, and standard
+lag tools see that group. A partition's offset is committed only up to where every trigger
+reading it has acknowledged its events.
 
 A trigger that stops (it failed and is restarted, or its options were edited) leaves its place
 behind, keyed by its own ``group_id``: the commit waits for it, and the trigger that takes the
@@ -123,10 +126,10 @@ class Fetchers:
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
-        self._fetchers: dict[str, SharedFetcher] = {}
+        self._fetchers: dict[str, Fetcher] = {}
         self._places: set[str] | None = None
 
-    def __iter__(self) -> Iterator[SharedFetcher]:
+    def __iter__(self) -> Iterator[Fetcher]:
         return iter(list(self._fetchers.values()))
 
     async def join(self, spec: ReaderSpec) -> Reader:
@@ -134,7 +137,7 @@ class Fetchers:
         key = spec.shared_key
         fetcher = self._fetchers.get(key)
         if fetcher is None or fetcher.failed or fetcher.closing:
-            fetcher = SharedFetcher(
+            fetcher = Fetcher(
                 dict(spec.consumer_settings),
                 group_id=_group_id(self._prefix, key),
                 commit_interval_s=spec.commit_interval_ms / 1000,
@@ -185,7 +188,7 @@ class Cursor:
 class Reader:
     """A trigger's end of a shared fetcher: the messages handed to it, oldest first."""
 
-    def __init__(self, fetcher: SharedFetcher, spec: ReaderSpec) -> None:
+    def __init__(self, fetcher: Fetcher, spec: ReaderSpec) -> None:
         self.fetcher = fetcher
         self.spec = spec
         self.place = spec.place
@@ -259,8 +262,12 @@ class _Shared:
     cursors: list[Cursor] = dataclasses.field(default_factory=list)
 
 
-class SharedFetcher:
-    """One consumer, in one consumer group, reading every topic of its readers."""
+class Fetcher:
+    """One consumer, in one consumer group, reading every topic of its readers.
+
+    ``keeps(place)`` says whether the place a stopped reader left is still waited for (by
+    default every place is: a fetcher of one trigger closes when it leaves).
+    """
 
     def __init__(
         self,
@@ -268,7 +275,7 @@ class SharedFetcher:
         *,
         group_id: str,
         commit_interval_s: float,
-        keeps: Callable[[str], bool],
+        keeps: Callable[[str], bool] = lambda place: True,
     ) -> None:
         self.group_id = group_id
         self._settings = settings
