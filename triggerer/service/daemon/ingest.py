@@ -44,12 +44,11 @@ class Ingest:
 
     A database error keeps the batch and retries it with backoff: nothing is acked until its
     events are committed, so a crash at any point loses nothing, and the dedup key turns a
-    redelivery into an ack without a second event (a redelivery whose payload differs from the
-    stored one, by its trigger's ``same_message``, is logged: its source reused a key). An
-    event the store cannot hold (a key too
-    long, a NUL character, a value the database refuses) is not retried: it is found before
-    writing or, when the database refuses a batch, by splitting the batch, and is kept in the
-    dead-letter table with the reason; its message is acked with the others.
+    redelivery into an ack without a second event (one that is not the stored message, by its
+    trigger's ``same_message``, is logged: its source reused a key). An event the store cannot
+    hold (a key too long, a NUL character, a value the database refuses) is not retried: it is
+    found before writing or, when the database refuses a batch, by splitting the batch, and is
+    kept in the dead-letter table with the reason; its message is acked with the others.
     """
 
     def __init__(
