@@ -62,6 +62,7 @@ class Pipeline:
     max_events_per_run: int | None = None
     retries: int = 0
     retry_delay_s: float = 10.0
+    timeout_s: float | None = None
     spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     description: str | None = None
@@ -81,6 +82,7 @@ class Pipeline:
         max_events_per_run: int | None = None,
         retries: int = 0,
         retry_delay_s: float = 10.0,
+        timeout_s: float | None = None,
         spark_conf: dict[str, str] | None = None,
         params: dict[str, Any] | None = None,
         description: str | None = None,
@@ -118,6 +120,15 @@ class Pipeline:
                 f"pipeline {pipeline_id!r}: retry_delay_s={retry_delay_s!r}; must be a number "
                 "of seconds >= 0, e.g. retry_delay_s=300 for five minutes"
             )
+        if timeout_s is not None and (
+            not isinstance(timeout_s, (int, float))
+            or isinstance(timeout_s, bool)
+            or not 0 < timeout_s < math.inf
+        ):
+            raise ValueError(
+                f"pipeline {pipeline_id!r}: timeout_s={timeout_s!r}; must be a number of seconds "
+                "above 0, e.g. timeout_s=3600 for an hour (or None: no limit)"
+            )
         if params is not None:
             json_mapping(params, f"pipeline {pipeline_id!r} params")
         for name, items in (("outlets", outlets), ("inlets", inlets)):
@@ -148,6 +159,7 @@ class Pipeline:
             "max_events_per_run": max_events_per_run,
             "retries": retries,
             "retry_delay_s": retry_delay_s,
+            "timeout_s": timeout_s,
             "spark_conf": dict(spark_conf or {}),
             "params": dict(params or {}),
             "description": description,

@@ -135,6 +135,17 @@ def test_retry_delay_must_be_seconds(delay: object) -> None:
         pipeline(retry_delay_s=delay)(job)
 
 
+@pytest.mark.parametrize("timeout", [0, -5, float("nan"), float("inf"), "60", True])
+def test_a_timeout_must_be_seconds_above_zero(timeout: object) -> None:
+    with pytest.raises(ValueError, match=rf"'job': timeout_s={re.escape(repr(timeout))}; must"):
+        pipeline(timeout_s=timeout)(job)
+
+
+def test_a_timeout_is_none_by_default_or_the_seconds_given() -> None:
+    assert pipeline()(job).timeout_s is None
+    assert pipeline(timeout_s=1.5)(job).timeout_s == 1.5
+
+
 def test_the_wait_before_a_retry_doubles_up_to_a_day() -> None:
     now = utcnow()
     assert retry_at(3, 10.0) - now == pytest.approx(timedelta(seconds=40), abs=timedelta(seconds=1))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -186,8 +187,12 @@ class Launcher:
                 if spec is None:
                     ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
                 else:
+                    pipeline = self._registry().pipelines.get(run.pipeline_id)
+                    timeout_s = None if pipeline is None else pipeline.timeout_s
                     try:
-                        ended = await self._run_child(spec, folder, log_path, run.try_number)
+                        ended = await self._run_child(
+                            spec, folder, log_path, run.try_number, timeout_s
+                        )
                     except ForkerUnavailable as error:  # a try that failed, as any other
                         ended = Ended(error=str(error))
                     except OSError as error:  # its folder or process could not be made
@@ -222,7 +227,7 @@ class Launcher:
             return run, await self._spec(session, run, pipeline, pipeline.fileloc)
 
     async def _run_child(
-        self, spec: RunSpec, folder: Path, log_path: Path, try_number: int
+        self, spec: RunSpec, folder: Path, log_path: Path, try_number: int, timeout_s: float | None
     ) -> Ended:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
@@ -243,11 +248,17 @@ class Launcher:
                     start_new_session=True,
                 )
         try:
-            returncode = await process.wait()
+            with anyio.move_on_after(math.inf if timeout_s is None else timeout_s) as limit:
+                returncode = await process.wait()
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await terminate(process)
             raise
+        if limit.cancelled_caught:  # the pipeline's timeout_s: its process group is stopped
+            with anyio.CancelScope(shield=True):
+                await terminate(process)
+            log.warning("run_timed_out", timeout_s=timeout_s)
+            return Ended(error=f"timed out after {timeout_s:g} s (timeout_s), see {log_path}")
         return await _ended(returncode, result_path, log_path)
 
     def _run_env(self) -> dict[str, str]:

@@ -1,0 +1,51 @@
+"""A pipeline's ``timeout_s``, through ``triggerer run --config``: a run that outlives it is
+stopped (its process gone), the try fails naming the timeout, and ``retries`` apply."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.e2e.daemon import ORDERS, alive, runs
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.e2e.daemon import Deployment
+
+SLOW = """
+    import os, time
+    from pathlib import Path
+
+    @pipeline(schedule=orders, timeout_s=2, retries=1, retry_delay_s=0)
+    def slow(spark, context):
+        Path({pids!r}, str(os.getpid())).touch()  # which process each try ran in
+        time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(240)
+async def test_a_run_past_its_timeout_is_stopped_and_retried(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    deployment.write_pipelines(ORDERS + SLOW.replace("{pids!r}", repr(str(pids))))
+    with deployment.process_with_config(deployment.config_file()) as daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await deployment.produce([{"n": 1}])
+        [run] = await deployment.wait_for(
+            runs, lambda rows: [r.state for r in rows] == ["failed"], timeout_s=180
+        )
+        timed_out = await daemon.wait_logged("run_timed_out", times=2)
+
+    assert run.try_number == 2, daemon.tail()  # the first try timed out, and its retry too
+    assert run.error is not None
+    assert run.error.startswith("timed out after 2 s (timeout_s)"), run.error
+    assert [record["timeout_s"] for record in timed_out] == [2, 2]
+    tries = [int(name) for name in os.listdir(pids)]
+    assert len(tries) == 2
+    assert not any(alive(pid) for pid in tries)  # each try's process was stopped
