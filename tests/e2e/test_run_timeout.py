@@ -1,11 +1,14 @@
 """A pipeline's ``timeout_s``, through ``triggerer run --config``: a run that outlives it is
-stopped (its process gone), the try fails naming the timeout, and ``retries`` apply."""
+stopped (its process gone), the try fails naming the timeout, and ``retries`` apply. The run's
+spec (it holds the database URL) is readable by its owner alone and gone when the try ends."""
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 
 from tests.e2e.daemon import ORDERS, alive, runs
@@ -37,6 +40,11 @@ async def test_a_run_past_its_timeout_is_stopped_and_retried(
         daemon.start()
         await daemon.wait_logged("pipelines_loaded")
         await deployment.produce([{"n": 1}])
+        with anyio.fail_after(120):
+            while not os.listdir(pids):  # noqa: ASYNC110 - the first try's pipeline has begun
+                await anyio.sleep(0.1)
+        [spec] = (tmp_path / "logs" / "slow").glob("*/spec.json")
+        spec_mode = stat.S_IMODE(spec.stat().st_mode)
         [run] = await deployment.wait_for(
             runs, lambda rows: [r.state for r in rows] == ["failed"], timeout_s=180
         )
@@ -49,3 +57,5 @@ async def test_a_run_past_its_timeout_is_stopped_and_retried(
     tries = [int(name) for name in os.listdir(pids)]
     assert len(tries) == 2
     assert not any(alive(pid) for pid in tries)  # each try's process was stopped
+    assert spec_mode == 0o600
+    assert not spec.exists()

@@ -231,7 +231,23 @@ class Launcher:
     ) -> Ended:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
-        await anyio.Path(spec_path).write_bytes(msgspec.json.encode(spec))
+        # The spec holds the database URL: readable by the daemon's user alone, and gone once
+        # the try has ended (the child reads it as it starts).
+        await anyio.to_thread.run_sync(_write_private, spec_path, msgspec.json.encode(spec))
+        try:
+            return await self._run_process(spec, spec_path, result_path, log_path, timeout_s)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.Path(spec_path).unlink(missing_ok=True)
+
+    async def _run_process(
+        self,
+        spec: RunSpec,
+        spec_path: Path,
+        result_path: Path,
+        log_path: Path,
+        timeout_s: float | None,
+    ) -> Ended:
         process: Process
         if spec.spark.mode == "connect":
             process = await self._run_forks.start_run(spec_path, result_path, log_path)
@@ -374,6 +390,13 @@ class Ended:
     result: dict[str, Any] | None = None
     error: str | None = None
     interrupted: bool = False
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``path`` created with mode 0600 (a spec left by a crash is replaced)."""
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+        file.write(data)
 
 
 async def _ended(returncode: int, result_path: Path, log_path: Path) -> Ended:
