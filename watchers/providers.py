@@ -11,7 +11,11 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 
+import structlog
+
 from triggerer.providers import Provider
+
+log = structlog.get_logger(__name__)
 
 ENTRY_POINT_GROUP = "triggerer.queue_providers"
 
@@ -28,7 +32,7 @@ def for_scheme(scheme: str) -> Provider | None:
     if scheme in BUILT_IN:
         return _built_in(BUILT_IN[scheme])
     entry_point = _entry_points().get(scheme)
-    return None if entry_point is None else _provider(scheme, entry_point.load())
+    return None if entry_point is None else _loaded(scheme, entry_point)
 
 
 def schemes() -> list[str]:
@@ -37,13 +41,18 @@ def schemes() -> list[str]:
 
 
 def installed() -> list[Provider]:
-    """Every installed provider, once each (built-in ones first)."""
+    """Every installed provider, once each (built-in ones first). One that cannot be loaded is
+    logged and left out: the watchers of its scheme fail, naming it; the others run."""
     found: dict[str, Provider] = {}
     for reference in BUILT_IN.values():
         provider = _built_in(reference)
         found.setdefault(provider.name, provider)
     for scheme, entry_point in _entry_points().items():
-        provider = _provider(scheme, entry_point.load())
+        try:
+            provider = _loaded(scheme, entry_point)
+        except (ValueError, TypeError) as error:
+            log.error("queue_provider_unusable", scheme=scheme, error=str(error))
+            continue
         found.setdefault(provider.name, provider)
     return list(found.values())
 
@@ -52,6 +61,19 @@ def _built_in(reference: str) -> Provider:
     module, _, attribute = reference.partition(":")
     provider: Provider = getattr(importlib.import_module(module), attribute)
     return provider
+
+
+def _loaded(scheme: str, entry_point: importlib.metadata.EntryPoint) -> Provider:
+    """The provider of ``entry_point``; a ``ValueError`` naming it when its import fails."""
+    try:
+        loaded = entry_point.load()
+    # A third party's module runs on import: whatever it raises is that provider's error.
+    except Exception as error:
+        raise ValueError(
+            f"queue provider {scheme!r} ({ENTRY_POINT_GROUP} entry point {entry_point.value}) "
+            f"cannot be loaded: {type(error).__name__}: {error}"
+        ) from error
+    return _provider(scheme, loaded)
 
 
 def _provider(scheme: str, loaded: object) -> Provider:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.daemon import (
     ORDERS,
+    DaemonProcess,
     Deployment,
     pipeline_row,
     sqlite_url,
@@ -27,7 +28,6 @@ from triggerer.listeners import ENTRY_POINT_GROUP
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tests.e2e.daemon import DaemonProcess
     from triggerer.service.store import models
 
 NO_SPARK = "sc://127.0.0.1:1"  # no pipeline runs in these tests
@@ -521,3 +521,45 @@ async def test_pipeline_file_whose_import_does_not_return_is_named(
 
     assert reported["path"] == str(slow)
     assert reported["loading_s"] >= 10
+
+
+BROKEN_PROVIDER_PIPELINES = """
+    from triggerer import Asset, AssetWatcher
+    from watchers import MessageQueueTrigger
+
+    orders = Asset("orders", watchers=[AssetWatcher("queue", MessageQueueTrigger("broken://h/q"))])
+"""
+
+
+async def test_queue_provider_that_cannot_be_loaded_fails_its_watchers_alone(
+    deployment: Deployment,
+) -> None:
+    """A third party's provider whose import raises: the daemon starts and logs it, and the
+    pipeline file using its scheme is reported naming the entry point."""
+    modules = deployment.tmp_path / "modules"
+    dist_info = modules / "queue_plugin-1.0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: queue-plugin\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text(
+        "[triggerer.queue_providers]\nbroken = no_such_module:provider\n"
+    )
+    deployment.write_pipelines(BROKEN_PROVIDER_PIPELINES)
+    config = deployment.config_file()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
+    with DaemonProcess(
+        env | {"PYTHONPATH": str(modules)}, deployment.tmp_path / "daemon.log", config
+    ) as daemon:
+        daemon.start()
+        [loaded] = await daemon.wait_logged("pipelines_loaded")
+        [unusable] = await daemon.wait_logged("queue_provider_unusable")
+        listed = await triggerer_cli(env, "pipelines", "list", "--config", str(config), "--json")
+
+    assert loaded["errors"] == 1
+    assert unusable["scheme"] == "broken"
+    expected = (
+        "queue provider 'broken' (triggerer.queue_providers entry point no_such_module:provider)"
+        " cannot be loaded: ModuleNotFoundError"
+    )
+    assert expected in unusable["error"]
+    [broken_file] = json.loads(listed.stdout)
+    assert expected in broken_file["error"], broken_file
