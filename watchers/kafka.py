@@ -209,7 +209,7 @@ class KafkaTrigger(BaseEventTrigger):
         }
 
     def reader_spec(self) -> kafka_fetcher.ReaderSpec:
-        """What the daemon's shared fetcher needs of this trigger."""
+        """What a fetcher (the daemon's shared one, or its own) needs of this trigger."""
         return kafka_fetcher.ReaderSpec(
             topics=frozenset(self.topics),
             place=self.consumer_group,
@@ -225,17 +225,14 @@ class KafkaTrigger(BaseEventTrigger):
         if self.apply_function is not None:
             apply = import_callable(self.apply_function, option="apply_function")
         payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        spec = self.reader_spec()
         shared = kafka_fetcher.current() if self.shared_fetch else None
         if shared is not None:
-            reader = self._reader = await shared.join(self.reader_spec())
+            reader = self._reader = await shared.join(spec)
         else:
             # A consumer of its own, a member of ``consumer_group``: a fetcher it alone reads.
-            fetcher = kafka_fetcher.Fetcher(
-                self.consumer_settings(),
-                group_id=self.consumer_group,
-                commit_interval_s=self.commit_interval_ms / 1000,
-            )
-            reader = self._reader = await fetcher.join(self.reader_spec())
+            fetcher = kafka_fetcher.Fetcher.of(spec, group_id=spec.place)
+            reader = self._reader = await fetcher.join(spec)
         messages = reader.messages
         while True:
             if not messages:

@@ -105,11 +105,11 @@ def _group_id(prefix: str, key: str) -> str:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class ReaderSpec:
-    """What a shared fetcher needs of one reader (a KafkaTrigger)."""
+    """What a fetcher needs of one reader (a KafkaTrigger)."""
 
     topics: frozenset[str]
-    #: The reader's place in the shared consumer group (the trigger's ``consumer_group``): a
-    #: reader that takes a place up resumes where the one before left it.
+    #: The reader's place in the fetcher's consumer group (the trigger's ``consumer_group``):
+    #: a reader that takes a place up resumes where the one before left it.
     place: str
     #: Messages handed to the reader and not yet done before the fetch pauses (backpressure).
     max_in_flight: int
@@ -137,12 +137,7 @@ class Fetchers:
         key = spec.shared_key
         fetcher = self._fetchers.get(key)
         if fetcher is None or fetcher.failed or fetcher.closing:
-            fetcher = Fetcher(
-                dict(spec.consumer_settings),
-                group_id=_group_id(self._prefix, key),
-                commit_interval_s=spec.commit_interval_ms / 1000,
-                keeps=self.keeps,
-            )
+            fetcher = Fetcher.of(spec, group_id=_group_id(self._prefix, key), keeps=self.keeps)
             self._fetchers[key] = fetcher
         return await fetcher.join(spec)
 
@@ -186,7 +181,7 @@ class Cursor:
 
 
 class Reader:
-    """A trigger's end of a shared fetcher: the messages handed to it, oldest first."""
+    """A trigger's end of a fetcher: the messages handed to it, oldest first."""
 
     def __init__(self, fetcher: Fetcher, spec: ReaderSpec) -> None:
         self.fetcher = fetcher
@@ -296,6 +291,18 @@ class Fetcher:
         self._dirty = False
         #: Messages fetched from the broker, each counted once however many readers get it.
         self.fetched = 0
+
+    @classmethod
+    def of(
+        cls, spec: ReaderSpec, *, group_id: str, keeps: Callable[[str], bool] = lambda place: True
+    ) -> Fetcher:
+        """A fetcher in ``group_id`` with the consumer settings of ``spec``'s reader."""
+        return cls(
+            dict(spec.consumer_settings),
+            group_id=group_id,
+            commit_interval_s=spec.commit_interval_ms / 1000,
+            keeps=keeps,
+        )
 
     @property
     def failed(self) -> bool:
