@@ -7,6 +7,7 @@ embedded defaults apply (SQLite and pipelines under ``~/.triggerer``, local Spar
 from __future__ import annotations
 
 import functools
+import importlib.util
 import ipaddress
 import json
 import os
@@ -221,6 +222,84 @@ class ListenersSettings(_Section):
     max_pending_events: int = Field(default=10_000, ge=1)
 
 
+OpenLineageTransport = Literal["http", "file", "kafka", "console"]
+
+
+class OpenLineageSettings(_Section):
+    """OpenLineage run events (START, COMPLETE, FAIL, ABORT) the daemon sends; off unless
+    ``enabled``. Each transport needs its keys: ``url`` (http), ``path`` (file),
+    ``bootstrap_servers`` (kafka)."""
+
+    enabled: bool = False
+    transport: OpenLineageTransport = "http"
+    namespace: str = Field(default="triggerer", min_length=1)
+    # Validated even when left out: the transport chosen needs them.
+    url: str | None = Field(default=None, validate_default=True)
+    endpoint: str = "api/v1/lineage"
+    api_key: str | None = None
+    path: Path | None = Field(default=None, validate_default=True)
+    bootstrap_servers: str | None = Field(default=None, validate_default=True)
+    topic: str = Field(default="openlineage", min_length=1)
+    kafka_config: dict[str, str] = {}
+    timeout_s: float = Field(default=5.0, gt=0, le=DAY_S)
+    max_pending_events: int = Field(default=1_000, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _http_has_a_url(cls, url: str | None, info: ValidationInfo) -> str | None:
+        if url is not None:
+            parsed = urlsplit(url)
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise PydanticCustomError(
+                    "openlineage_url",
+                    "must be an http(s) URL with a host, e.g. http://marquez:5000",
+                )
+        elif _needs(info, "http"):
+            raise PydanticCustomError(
+                "openlineage_url",
+                "transport 'http' needs the backend's URL, e.g. http://marquez:5000",
+            )
+        return url
+
+    @field_validator("path")
+    @classmethod
+    def _file_has_a_path(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        if path is None and _needs(info, "file"):
+            raise PydanticCustomError(
+                "openlineage_path",
+                "transport 'file' needs the file the events are appended to, e.g. "
+                "var/openlineage.jsonl",
+            )
+        if path is not None and path.is_dir():
+            raise PydanticCustomError(
+                "openlineage_path", "is a folder: name the file the events are appended to"
+            )
+        return path
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _kafka_has_servers(cls, servers: str | None, info: ValidationInfo) -> str | None:
+        if not _needs(info, "kafka"):
+            return servers
+        if not servers or not servers.strip():
+            raise PydanticCustomError(
+                "openlineage_kafka",
+                "transport 'kafka' needs the brokers, e.g. kafka-1:9092,kafka-2:9092",
+            )
+        if importlib.util.find_spec("confluent_kafka") is None:
+            raise PydanticCustomError(
+                "openlineage_kafka",
+                "transport 'kafka' needs confluent-kafka: "
+                "pip install 'triggerer[openlineage-kafka]'",
+            )
+        return servers
+
+
+def _needs(info: ValidationInfo, transport: OpenLineageTransport) -> bool:
+    """Whether the OpenLineage settings validated so far send with ``transport``."""
+    return bool(info.data.get("enabled")) and info.data.get("transport") == transport
+
+
 class Settings(BaseSettings):
     """All settings; see ``config/triggerer.toml`` for what each key does."""
 
@@ -236,6 +315,7 @@ class Settings(BaseSettings):
     daemon: DaemonSettings = DaemonSettings()
     logging: LoggingSettings = LoggingSettings()
     listeners: ListenersSettings = ListenersSettings()
+    openlineage: OpenLineageSettings = OpenLineageSettings()
     connections: dict[str, dict[str, Any]] = {}
 
     @classmethod
@@ -293,7 +373,8 @@ def _describe(error: pydantic.ValidationError, config_file: str | None) -> str:
         env = "TRIGGERER_" + "__".join(str(part).upper() for part in problem["loc"])
         if problem["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown setting (from the file or {env})")
-        elif key in ("database.url", "api.tokens"):  # never show a password or a token
+        # Never show a password, a token or a key.
+        elif key in ("database.url", "api.tokens", "openlineage.api_key"):
             lines.append(f"  {key}: {problem['msg']} (or set {env})")
         else:
             lines.append(f"  {key} = {problem['input']!r}: {problem['msg']} (or set {env})")

@@ -136,6 +136,12 @@ LISTENER_PENDING = Gauge(
     "triggerer_listener_pending_events",
     "Asset events waiting for the listeners",
 )
+OPENLINEAGE_EVENTS = Counter(
+    "triggerer_openlineage_events",
+    "OpenLineage run events, by outcome: sent, failed (the transport raised or timed out), "
+    "dropped (too many were waiting)",
+    ["outcome"],
+)
 
 _STORED = {source: EVENTS_STORED.labels(source) for source in EventSource}
 # The label values in use, so series of pipelines and partitions that are gone can be removed.

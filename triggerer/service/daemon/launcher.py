@@ -48,6 +48,7 @@ from triggerer.service.store.types import storable_text, utcnow
 if TYPE_CHECKING:
     from triggerer.pipelines import Pipeline
     from triggerer.service.config import Settings
+    from triggerer.service.daemon.lineage_emitter import LineageEmitter
     from triggerer.service.daemon.spark_server import LocalSparkServer
 
 log = structlog.get_logger(__name__)
@@ -80,6 +81,7 @@ class Launcher:
         on_events: Callable[[Recorded], None],
         on_definitions: Callable[[DefinitionChanges], None],
         spark_server: LocalSparkServer | None = None,
+        lineage: LineageEmitter,
     ) -> None:
         self._sessions = sessions
         self._spark_server = spark_server
@@ -90,6 +92,7 @@ class Launcher:
         self._on_run_finished = on_run_finished
         self._on_events = on_events
         self._on_definitions = on_definitions
+        self._lineage = lineage
         self._woken = anyio.Event()
         self._accepting = True
         # A run is in progress from its claim until its end is recorded; each has a scope
@@ -184,6 +187,7 @@ class Launcher:
                 folder = Path(self._settings.spark.logs_dir) / run.pipeline_id / run.run_id
                 log_path = folder / f"try-{run.try_number}.log"
                 log.info("run_started", pipeline_id=run.pipeline_id, try_number=run.try_number)
+                self._lineage.run_started(run_pk, run.try_number)
                 if spec is None:
                     ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
                 else:
@@ -207,6 +211,7 @@ class Launcher:
             metrics.run_finished(
                 finished.pipeline_id, finished.state, finished.started, finished.ended
             )
+            self._lineage.run_ended(run_pk, finished.state)
             self._on_run_finished({finished.pipeline_id})
             if finished.outlets is not None:
                 self._on_definitions(finished.outlets.changes)

@@ -30,6 +30,7 @@ from triggerer.service.daemon.backoff import keep_running, until_stored
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.launcher import Launcher
 from triggerer.service.daemon.leases import Leases
+from triggerer.service.daemon.lineage_emitter import LineageEmitter
 from triggerer.service.daemon.notifier import Notifier
 from triggerer.service.daemon.registry import DefinitionChanges, Registry, sync_definitions
 from triggerer.service.daemon.scheduler import Scheduler
@@ -84,6 +85,8 @@ class Service:
             if settings.spark.mode == "local"
             else None
         )
+        # OpenLineage run events, sent off the launcher's path (nothing when not enabled).
+        self.lineage = LineageEmitter(settings.openlineage, sessions)
         self.launcher = Launcher(
             sessions,
             lambda: self.registry,
@@ -93,6 +96,7 @@ class Service:
             on_events=self.events_recorded,
             on_definitions=self.definitions_changed,
             spark_server=self.spark_server,
+            lineage=self.lineage,
         )
         self.notifier = Notifier(
             settings.listeners.plugins,
@@ -317,6 +321,7 @@ async def _run(
     async with anyio.create_task_group() as task_group:
         task_group.start_soon(watch_event_loop)
         task_group.start_soon(service.notifier.run)
+        task_group.start_soon(service.lineage.run)
         if service.spark_server is not None:
             task_group.start_soon(service.spark_server.run)
         # Seen before the first load, so a file written while it runs is loaded next.
@@ -360,6 +365,8 @@ async def _run(
             await service.launcher.wait_idle()
             with anyio.move_on_after(settings.daemon.shutdown_grace_s):
                 await service.notifier.drained()
+            with anyio.move_on_after(settings.daemon.shutdown_grace_s):
+                await service.lineage.drained()
             task_group.cancel_scope.cancel()
 
 

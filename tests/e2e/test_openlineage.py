@@ -1,0 +1,263 @@
+"""OpenLineage run events through ``triggerer run --config``: a chain of two pipelines started
+by an event posted to the REST API sends START and COMPLETE for each run, with its inputs, its
+outputs (through an alias too) and, for the second, the first as its parent; a failing run
+sends FAIL. The file and HTTP transports carry the same events; an HTTP backend that is away
+holds up no run: the runs go on and the daemon logs each failed send."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+import pytest
+
+from tests.e2e.daemon import Deployment, runs, sqlite_url
+from triggerer.service.openlineage import run_uuid
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.e2e.daemon import DaemonProcess
+    from triggerer.service.store import models
+
+PIPELINES = """
+    from triggerer import Asset, AssetAlias, Metadata, pipeline
+
+    raw = Asset("raw", "s3://lake/raw/orders")
+    clean = Asset("clean", "postgres://db:5432/shop/public/orders")
+    reports = AssetAlias("reports")
+    broken = Asset("broken")
+
+    @pipeline(schedule=raw, outlets=[clean, reports])
+    def refine(spark, context):
+        assert spark.range(3).count() == 3
+        yield Metadata(clean, dict(rows=3))
+        context.outlet_events[reports].add(Asset("report", "file:///out/report.csv"))
+
+    @pipeline(schedule=clean)
+    def publish(spark, context):
+        assert spark.range(1).count() == 1
+
+    @pipeline(schedule=broken, retries=0)
+    def failing(spark, context):
+        raise RuntimeError("the data is bad")
+"""
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, spark_remote: str) -> Deployment:
+    """A deployment on a new SQLite file; events come from the REST API, not Kafka."""
+    return Deployment(tmp_path, sqlite_url(tmp_path), spark_remote, "unused:9092", "unused")
+
+
+class Receiver:
+    """A local OpenLineage HTTP backend: what was posted to it, path, headers and body."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append(
+                    {
+                        "path": self.path,
+                        "authorization": self.headers.get("Authorization"),
+                        "event": json.loads(body),
+                    }
+                )
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:  # quiet in the test's output
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def events(self) -> list[dict[str, Any]]:
+        return [request["event"] for request in self.received]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    receiver = Receiver()
+    thread = threading.Thread(target=receiver.server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield receiver
+    finally:
+        receiver.server.shutdown()
+        receiver.server.server_close()
+        thread.join(10)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def start(
+    deployment: Deployment, openlineage: dict[str, object]
+) -> tuple[DaemonProcess, str]:
+    """``triggerer run --config`` with ``openlineage`` and the REST API on a free port; the
+    daemon and its API's URL."""
+    deployment.write_pipelines(PIPELINES)
+    config = deployment.config_file(
+        api={"enabled": True, "port": 0}, openlineage={"enabled": True, **openlineage}
+    )
+    daemon = deployment.process_with_config(config)
+    daemon.start()
+    [listening] = await daemon.wait_logged("api_listening")
+    await daemon.wait_logged("pipelines_loaded")
+    return daemon, str(listening["url"])
+
+
+async def post_event(api: str, uri: str) -> None:
+    async with httpx.AsyncClient(base_url=api) as client:
+        response = await client.post("/assets/events", json={"uri": uri})
+        assert response.status_code == 201, response.text
+
+
+def ended(*pipelines: str) -> Any:
+    """``done`` of :meth:`Deployment.wait_for` over runs: one run of each pipeline has ended."""
+    return lambda rows: (
+        {r.pipeline_id for r in rows if r.state in ("success", "failed")} >= set(pipelines)
+    )
+
+
+def by_run(events: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Events by (job name, event type); each pair only once."""
+    keyed = {(e["job"]["name"], e["eventType"]): e for e in events}
+    assert len(keyed) == len(events), [(e["job"]["name"], e["eventType"]) for e in events]
+    return keyed
+
+
+def datasets(event: dict[str, Any], side: str) -> set[tuple[str, str]]:
+    return {(d["namespace"], d["name"]) for d in event[side]}
+
+
+def check_chain(events: list[dict[str, Any]], all_runs: list[models.Run]) -> None:
+    """START and COMPLETE of ``refine`` then ``publish``, each naming its datasets, ids and
+    parent."""
+    run_ids = {run.pipeline_id: run.run_id for run in all_runs}
+    keyed = by_run(events)
+    for job in ("refine", "publish"):
+        start, complete = keyed[job, "START"], keyed[job, "COMPLETE"]
+        assert start["job"]["namespace"] == complete["job"]["namespace"] == "lineage-test"
+        expected_id = run_uuid("lineage-test", run_ids[job])
+        assert start["run"]["runId"] == complete["run"]["runId"] == expected_id
+        assert start["eventTime"] <= complete["eventTime"]
+        assert start["outputs"] == []
+    assert datasets(keyed["refine", "START"], "inputs") == {("s3://lake", "raw/orders")}
+    assert datasets(keyed["refine", "COMPLETE"], "outputs") == {
+        ("postgres://db:5432", "shop.public.orders"),
+        ("file", "/out/report.csv"),  # added through the alias
+    }
+    assert "parent" not in keyed["refine", "START"]["run"]["facets"]  # posted, not run-made
+    publish = keyed["publish", "COMPLETE"]
+    assert datasets(publish, "inputs") == {("postgres://db:5432", "shop.public.orders")}
+    assert publish["outputs"] == []
+    for event_type in ("START", "COMPLETE"):
+        parent = keyed["publish", event_type]["run"]["facets"]["parent"]
+        assert parent["run"]["runId"] == run_uuid("lineage-test", run_ids["refine"])
+        assert parent["job"]["name"] == "refine"
+        assert parent["job"]["namespace"] == "lineage-test"
+
+
+@pytest.mark.timeout(240)
+async def test_file_transport_has_start_and_end_of_every_run(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    path = tmp_path / "lineage" / "events.jsonl"
+    daemon, api = await start(
+        deployment, {"transport": "file", "path": str(path), "namespace": "lineage-test"}
+    )
+    with daemon:
+        await post_event(api, "s3://lake/raw/orders")
+        await post_event(api, "broken")
+        all_runs = await deployment.wait_for(runs, ended("refine", "publish", "failing"))
+        # The runs' ends are recorded before their events are sent: wait for the six.
+        with anyio.fail_after(60):
+            while len(lines := _lines(path)) < 6:  # noqa: ASYNC110 - a file the daemon writes
+                await anyio.sleep(0.1)
+
+    events = [json.loads(line) for line in lines]
+    assert len(events) == 6, events
+    assert {run.pipeline_id: run.state for run in all_runs} == {
+        "refine": "success",
+        "publish": "success",
+        "failing": "failed",
+    }
+    check_chain([e for e in events if e["job"]["name"] != "failing"], all_runs)
+    keyed = by_run(events)
+    failed = keyed["failing", "FAIL"]
+    assert datasets(keyed["failing", "START"], "inputs") == {("lineage-test", "broken")}
+    assert failed["outputs"] == []
+    assert failed["run"]["facets"]["errorMessage"]["message"].startswith("exit code")
+    assert failed["producer"].startswith("urn:triggerer")
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.timeout(240)
+async def test_http_transport_posts_the_same_events(
+    deployment: Deployment, receiver: Receiver
+) -> None:
+    daemon, api = await start(
+        deployment,
+        {"url": receiver.url, "api_key": "k-123", "namespace": "lineage-test", "timeout_s": 2},
+    )
+    with daemon:
+        await post_event(api, "s3://lake/raw/orders")
+        all_runs = await deployment.wait_for(runs, ended("refine", "publish"))
+        with anyio.fail_after(60):
+            while len(receiver.received) < 4:  # noqa: ASYNC110 - a server thread appends
+                await anyio.sleep(0.1)
+
+    assert {request["path"] for request in receiver.received} == {"/api/v1/lineage"}
+    assert {request["authorization"] for request in receiver.received} == {"Bearer k-123"}
+    check_chain(receiver.events(), all_runs)
+
+
+@pytest.mark.timeout(240)
+async def test_an_unreachable_backend_holds_up_no_run(deployment: Deployment) -> None:
+    daemon, api = await start(
+        deployment,
+        {"url": f"http://127.0.0.1:{closed_port()}", "namespace": "lineage-test", "timeout_s": 1},
+    )
+    with daemon:
+        await post_event(api, "s3://lake/raw/orders")
+        all_runs = await deployment.wait_for(runs, ended("refine", "publish"))
+        [first_failure] = await daemon.wait_logged("openlineage_send_failed")
+        log_text = daemon.log_path.read_text()
+
+    assert {run.pipeline_id: run.state for run in all_runs} == {
+        "refine": "success",
+        "publish": "success",
+    }
+    assert first_failure["event_type"] == "START"
+    assert first_failure["transport"] == "http"
+    # Each send to the closed port fails only after the client's retries (about 9 s): both
+    # runs ended while the emitter was still behind, so neither waited for it.
+    failures = [
+        json.loads(line) for line in log_text.splitlines() if '"openlineage_send_failed"' in line
+    ]
+    last_end = max(run.end_date for run in all_runs if run.end_date is not None)
+    failed_before_the_end = [
+        f for f in failures if datetime.fromisoformat(f["timestamp"]) <= last_end
+    ]
+    assert len(failed_before_the_end) < 4, (failures, last_end)
