@@ -504,7 +504,8 @@ class Fetcher:
         self._partitions.clear()
         self._subscribed = frozenset()
         with anyio.CancelScope(shield=True):
-            await consumer.stop()
+            await consumer.stop()  # leaves the group: its partitions move to the others now
+        log.info("kafka_consumer_stopped", group_id=self.group_id)
 
     # -- commits and rebalances
 

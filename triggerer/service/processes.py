@@ -16,6 +16,9 @@ KILL_GRACE_S = 5.0
 """How long a process group has after SIGTERM before SIGKILL."""
 LOOPBACK = "127.0.0.1"
 """Where a local Spark listens: its driver, block manager and web UI (and the Connect server)."""
+SECRET_SETTINGS = ("TRIGGERER_DATABASE__", "TRIGGERER_API__TOKENS", "TRIGGERER_CONNECTIONS__")
+"""The daemon's settings that hold credentials (the database URL, the API's tokens, connection
+options): no run or Spark process is handed these environment variables."""
 
 
 def spark_env(master: str | None = None) -> dict[str, str]:
@@ -29,7 +32,8 @@ def spark_env(master: str | None = None) -> dict[str, str]:
     ``spark.pyspark.python`` and ``spark.pyspark.driver.python`` in ``[spark] conf`` take
     precedence over these (spark-submit reads them).
     """
-    env = dict(os.environ)
+    # pydantic-settings reads the variables' names in any case.
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(SECRET_SETTINGS)}
     defaults = {
         "SPARK_HOME": spark_home(),
         "PYSPARK_PYTHON": sys.executable,

@@ -40,6 +40,13 @@ class SparkSpec(msgspec.Struct, frozen=True):
     conf: dict[str, str]
 
 
+class InletAnswer(msgspec.Struct, frozen=True):
+    """The daemon's answer to a run asking for an inlet's events: them, or why not."""
+
+    events: list[SpecEvent] = []
+    error: str | None = None
+
+
 class RunSpec(msgspec.Struct, frozen=True):
     run_id: str
     pipeline_id: str
@@ -49,8 +56,10 @@ class RunSpec(msgspec.Struct, frozen=True):
     partition_key: str | None
     params: dict[str, Any]
     triggering_events: list[SpecEvent]
-    database_url: str
     spark: SparkSpec
+    inlets_socket: str | None = None
+    """Where the daemon answers for the pipeline's inlet events (``daemon/inlets.py``); the run
+    holds no database credential."""
 
     @classmethod
     def read(cls, path: Path) -> RunSpec:

@@ -9,17 +9,19 @@ application; on Spark Connect a run is a fork of ``triggerer.service.run_forker`
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import os
 import runpy
+import socket
 import sys
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from pyspark.errors import PySparkAttributeError, PySparkNotImplementedError
 
 from triggerer.assets import Asset
@@ -27,7 +29,7 @@ from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
 from triggerer.pipelines import Metadata, Pipeline
 from triggerer.service.lifeline import die_with_parent
 from triggerer.service.loader import import_pipeline_file
-from triggerer.service.run_spec import RunSpec, SpecEvent
+from triggerer.service.run_spec import InletAnswer, RunSpec, SpecAsset, SpecEvent
 
 # With pandas 3, PySpark 4 warns on each session that it "does not yet fully support pandas >=
 # 3.0.0": a FutureWarning no pipeline can act on, printed into every run's log (and the run
@@ -86,14 +88,11 @@ def build_context(spec: RunSpec, pipeline: Pipeline) -> RunContext:
     triggering: dict[Asset, list[AssetEvent]] = {}
     for event in map(_event, spec.triggering_events):
         triggering.setdefault(event.asset, []).append(event)
-    database_url = spec.database_url
     return RunContext(
         run_id=spec.run_id,
         pipeline_id=spec.pipeline_id,
         triggering_asset_events=triggering,
-        inlet_events=InletEvents(
-            pipeline.inlets, lambda asset: asyncio.run(_inlet_events(database_url, asset))
-        ),
+        inlet_events=InletEvents(pipeline.inlets, partial(_inlet_events, spec.inlets_socket)),
         outlet_events=OutletEvents(pipeline.outlets),
         params=spec.params,
         partition_key=spec.partition_key,
@@ -137,26 +136,28 @@ def _event(event: SpecEvent) -> AssetEvent:
     )
 
 
-async def _inlet_events(database_url: str, asset: Asset) -> list[AssetEvent]:
-    from sqlalchemy import select
+def _inlet_events(socket_path: str | None, asset: Asset) -> list[AssetEvent]:
+    """``asset``'s events, asked of the daemon (``daemon/inlets.py``)."""
+    if socket_path is None:
+        raise LookupError(
+            f"the daemon serves this run no inlet events, yet {asset!r} is an inlet: the "
+            "pipeline's inlets changed after the run started; it reads them on its next run"
+        )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.connect(socket_path)
+        connection.sendall(msgspec.json.encode(SpecAsset(asset.name, asset.uri)) + b"\n")
+        answer = msgspec.json.decode(_received(connection), type=InletAnswer)
+    if answer.error is not None:
+        raise LookupError(f"inlet events of {asset!r}: {answer.error}")
+    return [_event(event) for event in answer.events]
 
-    from triggerer.service.store import create_engine, models
 
-    engine = create_engine(database_url)
-    try:
-        async with engine.connect() as connection:
-            rows = await connection.execute(
-                select(models.AssetEvent)
-                .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
-                .where(models.Asset.name == asset.name, models.Asset.uri == asset.uri)
-                .order_by(models.AssetEvent.id)
-            )
-            return [
-                AssetEvent(r.id, asset, r.extra, r.timestamp, r.source, r.partition_key)
-                for r in rows.all()
-            ]
-    finally:
-        await engine.dispose()
+def _received(connection: socket.socket) -> bytes:
+    """Everything sent until the other end closes."""
+    chunks = []
+    while chunk := connection.recv(1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _find_pipeline(fileloc: str, pipeline_id: str) -> Pipeline:

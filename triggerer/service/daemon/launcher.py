@@ -6,13 +6,14 @@ emits nothing and is retried with backoff while it has tries left.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from sqlalchemy.orm import aliased
 from triggerer.assets import Asset, AssetAlias
 from triggerer.service import lifeline, metrics, runner
 from triggerer.service.daemon.backoff import until_stored
+from triggerer.service.daemon.inlets import serving as inlet_events
 from triggerer.service.daemon.registry import (
     DefinitionChanges,
     Registry,
@@ -193,9 +195,10 @@ class Launcher:
                 else:
                     pipeline = self._registry().pipelines.get(run.pipeline_id)
                     timeout_s = None if pipeline is None else pipeline.timeout_s
+                    inlets = [] if pipeline is None else pipeline.inlets
                     try:
                         ended = await self._run_child(
-                            spec, folder, log_path, run.try_number, timeout_s
+                            spec, folder, log_path, run.try_number, timeout_s, inlets
                         )
                     except ForkerUnavailable as error:  # a try that failed, as any other
                         ended = Ended(error=str(error))
@@ -232,18 +235,28 @@ class Launcher:
             return run, await self._spec(session, run, pipeline, pipeline.fileloc)
 
     async def _run_child(
-        self, spec: RunSpec, folder: Path, log_path: Path, try_number: int, timeout_s: float | None
+        self,
+        spec: RunSpec,
+        folder: Path,
+        log_path: Path,
+        try_number: int,
+        timeout_s: float | None,
+        inlets: Sequence[Asset],
     ) -> Ended:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
-        # The spec holds the database URL: readable by the daemon's user alone, and gone once
-        # the try has ended (the child reads it as it starts).
-        await anyio.to_thread.run_sync(_write_private, spec_path, msgspec.json.encode(spec))
-        try:
-            return await self._run_process(spec, spec_path, result_path, log_path, timeout_s)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.Path(spec_path).unlink(missing_ok=True)
+        async with contextlib.AsyncExitStack() as serving:
+            if inlets:  # the run reads them from the daemon, holding no database credential
+                socket = await serving.enter_async_context(inlet_events(self._sessions, inlets))
+                spec = msgspec.structs.replace(spec, inlets_socket=socket)
+            # What triggered the run is its owner's business alone; and the spec is gone once
+            # the try has ended (the child reads it as it starts).
+            await anyio.to_thread.run_sync(_write_private, spec_path, msgspec.json.encode(spec))
+            try:
+                return await self._run_process(spec, spec_path, result_path, log_path, timeout_s)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.Path(spec_path).unlink(missing_ok=True)
 
     async def _run_process(
         self,
@@ -329,7 +342,6 @@ class Launcher:
             # Manual runs carry only what was given: the pipeline's defaults fill in the rest.
             params={**pipeline.params, **run.params},
             triggering_events=events,
-            database_url=self._settings.database.url,
             spark=SparkSpec(mode=mode, master=spark.master, remote=remote, conf=spark.conf),
         )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -66,3 +66,13 @@ class Leases:
             lost = self.held - set(renewed.all())
         self.held -= lost
         return lost
+
+    async def release(self, name: str) -> None:
+        """Give ``name`` up (its trigger stopped here): another instance takes it at once."""
+        self.held.discard(name)
+        async with self._sessions.begin() as session:
+            await session.execute(
+                delete(models.Lease).where(
+                    models.Lease.name == name, models.Lease.owner == self._owner
+                )
+            )

@@ -16,6 +16,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from triggerer.backoff import backoff_s
 from triggerer.service import metrics
 from triggerer.service.daemon.backoff import HEALTHY_AFTER_S, until_stored
+from triggerer.service.store.failures import STORE_ERRORS
 from triggerer.service.store.models import NAME_LENGTH, TriggerState
 from triggerer.service.store.types import storable_text, utcnow
 from triggerer.triggers import BaseEventTrigger, load_trigger
@@ -161,6 +162,13 @@ class Supervisor:
                     first = False
                 await anyio.sleep(delay)
         status.state = TriggerState.STOPPED
+        name = lease_name(watched.trigger_id)
+        if name in self._leases.held:  # stopped, its acks done: no need to wait for expiry
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._leases.release(name)
+                except STORE_ERRORS as error:  # it expires on its own
+                    log.warning("lease_release_failed", lease=name, error=str(error)[:200])
 
     async def _lease(self, trigger_id: int, status: WatcherStatus) -> None:
         status.state = TriggerState.STARTING

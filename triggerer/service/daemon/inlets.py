@@ -1,0 +1,113 @@
+"""Inlet events for a run, served by the daemon so that the run holds no database credential.
+
+A try of a pipeline with inlets gets a Unix socket of its own, in a folder only the daemon's
+user may enter, for as long as the try runs (its path is in the run's spec). The run asks there
+when it first reads an inlet: one request per connection, a line naming the asset, answered
+with the asset's events, oldest first (:class:`~triggerer.service.run_spec.InletAnswer`). Only
+the pipeline's inlets are answered. Runs are always processes on the daemon's host (a Spark
+driver runs in client mode), so a local socket reaches every one of them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+import structlog
+from anyio.streams.buffered import BufferedByteReceiveStream
+from sqlalchemy import select
+from sqlalchemy.orm import aliased
+
+from triggerer.service.run_spec import InletAnswer, SpecAsset, SpecEvent
+from triggerer.service.store import models
+from triggerer.service.store.failures import STORE_ERRORS
+
+if TYPE_CHECKING:
+    from anyio.abc import SocketStream
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+    from triggerer.assets import Asset
+
+log = structlog.get_logger(__name__)
+
+MAX_REQUEST_BYTES = 64 * 1024
+"""An asset's name and URI together are far below this; a longer line is not a request."""
+
+
+@asynccontextmanager
+async def serving(
+    sessions: async_sessionmaker[AsyncSession], inlets: Sequence[Asset]
+) -> AsyncIterator[str]:
+    """Serve the events of ``inlets`` for the body of ``async with``; yields the socket's path."""
+    # mkdtemp makes the folder mode 0700: another user cannot reach the socket in it. /tmp
+    # rather than the run's folder, since a socket's path is limited to 107 bytes.
+    folder = Path(await anyio.to_thread.run_sync(partial(tempfile.mkdtemp, prefix="triggerer-")))
+    try:
+        path = folder / "inlets.sock"
+        listener = await anyio.create_unix_listener(path)
+        answer = partial(_answer, sessions, {SpecAsset(asset.name, asset.uri) for asset in inlets})
+        async with listener, anyio.create_task_group() as serving:
+            serving.start_soon(listener.serve, answer)
+            yield str(path)
+            serving.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(shutil.rmtree, folder, True)
+
+
+async def _answer(
+    sessions: async_sessionmaker[AsyncSession], inlets: set[SpecAsset], stream: SocketStream
+) -> None:
+    async with stream:
+        try:
+            line = await BufferedByteReceiveStream(stream).receive_until(b"\n", MAX_REQUEST_BYTES)
+            asset = msgspec.json.decode(line, type=SpecAsset)
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound):
+            return  # not a run of ours asking: nothing to answer
+        except msgspec.DecodeError as error:
+            await stream.send(_encoded(InletAnswer(error=f"not an inlet request: {error}")))
+            return
+        if asset not in inlets:
+            refusal = f"{asset.name!r} ({asset.uri}) is not an inlet of this run's pipeline"
+            await stream.send(_encoded(InletAnswer(error=refusal)))
+            return
+        try:
+            answer = InletAnswer(events=await _events(sessions, asset))
+        except STORE_ERRORS as error:
+            log.warning("inlet_events_failed", asset=asset.name, error=str(error).splitlines()[0])
+            answer = InletAnswer(error=f"the metadata database did not answer: {error}")
+        await stream.send(_encoded(answer))
+
+
+async def _events(sessions: async_sessionmaker[AsyncSession], asset: SpecAsset) -> list[SpecEvent]:
+    producer = aliased(models.Run)
+    async with sessions() as session:
+        rows = await session.execute(
+            select(models.AssetEvent, producer.run_id)
+            .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+            .outerjoin(producer, producer.id == models.AssetEvent.source_run_pk)
+            .where(models.Asset.name == asset.name, models.Asset.uri == asset.uri)
+            .order_by(models.AssetEvent.id)
+        )
+        return [
+            SpecEvent(
+                id=event.id,
+                asset=asset,
+                extra=event.extra,
+                timestamp=event.timestamp,
+                source=event.source,
+                partition_key=event.partition_key,
+                source_run_id=source_run_id,
+            )
+            for event, source_run_id in rows.all()
+        ]
+
+
+def _encoded(answer: InletAnswer) -> bytes:
+    return msgspec.json.encode(answer)
