@@ -1,7 +1,7 @@
 """OpenLineage run events through ``triggerer run --config``: a chain of two pipelines started
 by an event posted to the REST API sends START and COMPLETE for each run, with its inputs, its
 outputs (through an alias too) and, for the second, the first as its parent; a failing run
-sends FAIL. The file and HTTP transports carry the same events; an HTTP backend that is away
+sends FAIL. The file, HTTP and Kafka transports carry the same events; an HTTP backend that is away
 holds up no run: the runs go on and the daemon logs each failed send."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 import pytest
+from aiokafka import AIOKafkaConsumer
 
 from tests.e2e.daemon import Deployment, runs, sqlite_url
 from triggerer.service.openlineage import run_uuid
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from tests.e2e.daemon import DaemonProcess
+    from tests.fixtures.brokers import MakeTopic
     from triggerer.service.store import models
 
 PIPELINES = """
@@ -178,8 +180,10 @@ def check_chain(events: list[dict[str, Any]], all_runs: list[models.Run]) -> Non
 
 @pytest.mark.timeout(240)
 async def test_file_transport_has_start_and_end_of_every_run(
-    deployment: Deployment, tmp_path: Path
+    tmp_path: Path, spark_remote: str, database_url: str
 ) -> None:
+    # SQLite and PostgreSQL: the emitter reads each run's datasets from the store.
+    deployment = Deployment(tmp_path, database_url, spark_remote, "unused:9092", "unused")
     path = tmp_path / "lineage" / "events.jsonl"
     daemon, api = await start(
         deployment, {"transport": "file", "path": str(path), "namespace": "lineage-test"}
@@ -261,3 +265,38 @@ async def test_an_unreachable_backend_holds_up_no_run(deployment: Deployment) ->
         f for f in failures if datetime.fromisoformat(f["timestamp"]) <= last_end
     ]
     assert len(failed_before_the_end) < 4, (failures, last_end)
+
+
+@pytest.mark.timeout(240)
+async def test_kafka_transport_produces_the_same_events(
+    deployment: Deployment, kafka_broker: str, make_topic: MakeTopic
+) -> None:
+    topic = await make_topic()
+    daemon, api = await start(
+        deployment,
+        {
+            "transport": "kafka",
+            "bootstrap_servers": kafka_broker,
+            "topic": topic,
+            "namespace": "lineage-test",
+        },
+    )
+    with daemon:
+        await post_event(api, "s3://lake/raw/orders")
+        all_runs = await deployment.wait_for(runs, ended("refine", "publish"))
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=kafka_broker, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            records: list[Any] = []
+            with anyio.fail_after(60):
+                while len(records) < 4:
+                    batch = await consumer.getmany(timeout_ms=500)
+                    records.extend(record for part in batch.values() for record in part)
+        finally:
+            await consumer.stop()
+
+    # Keyed by the job, so a job's events keep their order in one partition.
+    assert {record.key for record in records} >= {b"run:lineage-test/refine"}
+    check_chain([json.loads(record.value) for record in records], all_runs)

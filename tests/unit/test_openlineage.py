@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 from openlineage.client.serde import Serde
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from triggerer.service.config import CONFIG_ENV, ConfigError, OpenLineageSettings, load_settings
+from triggerer.service.daemon.lineage_emitter import LineageEmitter
 from triggerer.service.openlineage import (
     DatasetId,
     EventType,
@@ -199,3 +202,34 @@ def test_the_api_key_is_never_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(ConfigError, match=r"openlineage\.api_key") as raised:
         load_settings(config)
     assert "s3cr3t" not in str(raised.value)
+
+
+def _dropped() -> float:
+    sample = REGISTRY.get_sample_value("triggerer_openlineage_events_total", {"outcome": "dropped"})
+    return sample or 0.0
+
+
+def test_the_emitter_queues_a_start_and_an_end_per_run_and_drops_past_its_bound() -> None:
+    settings = OpenLineageSettings(enabled=True, transport="console", max_pending_events=3)
+    emitter = LineageEmitter(settings, sessions=None)  # type: ignore[arg-type]  # never read here
+    dropped = _dropped()
+    emitter.run_started(1, try_number=1)
+    emitter.run_started(1, try_number=2)  # a retry: the OpenLineage run has started already
+    emitter.run_ended(1, "up_for_retry")  # the run goes on
+    emitter.run_ended(1, "queued")  # interrupted by shutdown: it runs again
+    emitter.run_ended(1, "success")
+    assert [(c.run_pk, c.event_type) for c in emitter._queued] == [(1, "START"), (1, "COMPLETE")]
+    with capture_logs() as logs:
+        emitter.run_started(2, try_number=1)
+        emitter.run_ended(2, "failed")  # past max_pending_events
+        emitter.run_ended(3, "cancelled")
+    assert [c.event_type for c in emitter._queued] == ["START", "COMPLETE", "START"]
+    assert _dropped() == dropped + 2
+    assert [(log["event"], log["events"]) for log in logs] == [("openlineage_events_dropped", 1)]
+
+
+def test_a_disabled_emitter_queues_nothing() -> None:
+    emitter = LineageEmitter(OpenLineageSettings(), sessions=None)  # type: ignore[arg-type]
+    emitter.run_started(1, try_number=1)
+    emitter.run_ended(1, "failed")
+    assert not emitter._queued
