@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit bench demo clean ui helm
+.PHONY: test lint typecheck unit bench demo clean ui helm image test-container
 
 # The virtualenv is rebuilt when pyproject.toml changes.
 $(INSTALLED): pyproject.toml
@@ -60,6 +60,25 @@ bench: $(INSTALLED) ui
 
 demo: $(INSTALLED) ui
 	$(BIN)/python deploy/local/demo.py
+
+# The container image (deploy/container/Containerfile, docs/deploy.md): the wheels of triggerer and
+# of all its dependencies are made here, with this Python (3.11, the image's), so the build
+# downloads Debian packages only. BASE_IMAGE: any Debian bookworm image.
+IMAGE ?= triggerer:dev
+BASE_IMAGE ?= docker.io/library/debian:bookworm-slim
+CONTAINER ?= $(shell if ! command -v podman >/dev/null && docker info >/dev/null 2>&1; then echo docker; else echo podman; fi)
+IMAGE_CONTEXT := var/image
+
+image: ui
+	rm -rf $(IMAGE_CONTEXT)
+	mkdir -p $(IMAGE_CONTEXT)
+	cp deploy/container/Containerfile deploy/container/triggerer.toml $(IMAGE_CONTEXT)/
+	$(PYTHON) -m pip wheel --quiet --wheel-dir $(IMAGE_CONTEXT)/wheels .
+	BUILDAH_FORMAT=docker $(CONTAINER) build --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) $(IMAGE_CONTEXT)
+
+# Builds the image on a Debian base made here (no registry needed) and runs it: tests/container/.
+test-container: $(INSTALLED) ui
+	$(BIN)/python -m pytest tests/container
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache ui/node_modules $(UI_VENDOR) \
