@@ -218,3 +218,58 @@ async def test_lineage_graph_panels_trace_and_live_runs_in_chromium(
             assert await page.input_value("#search") == "reports"
             await browser.close()
     assert errors == []
+
+
+HELD = """
+    import time
+    from pathlib import Path
+
+    @pipeline()
+    def held(spark, context):
+        while Path(HOLD).exists():
+            time.sleep(0.05)
+"""
+
+
+@pytest.mark.timeout(300)
+async def test_a_run_is_cancelled_and_rerun_with_its_buttons(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    assert VENDOR.exists(), "the UI's graph libraries are missing: run `make ui`"
+    hold = tmp_path / "hold"
+    hold.touch()
+    deployment.write_pipelines(ORDERS + HELD.replace("HOLD", repr(str(hold))))
+    config = deployment.config_file(api={"enabled": True, "port": 0, "tokens": [TOKEN]})
+    errors: list[str] = []
+    with deployment.process_with_config(config) as daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await daemon.wait_logged("api_listening")
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = await browser.new_page(viewport={"width": 1400, "height": 800})
+            page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+            await page.goto(api_url(daemon).removesuffix("/api/v1") + "/#/pipeline/held")
+            await page.fill("#token-input", TOKEN)
+            await page.click("#token-save")
+            await expect(page.locator("#panel h1")).to_have_text("held")
+            await page.click("#trigger")
+            await page.click("#trigger-run")
+
+            # A running run has a Cancel button, which stops it.
+            running = page.locator("tr[data-run-state=running]")
+            await running.locator("button[data-cancel-run]").click(timeout=RUN_TIMEOUT_MS)
+            cancelled = page.locator("tr[data-run-state=cancelled]")
+            await expect(cancelled).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+            await expect(cancelled.locator("button[data-cancel-run]")).to_have_count(0)
+            await shoot(page, "run-cancelled")
+
+            # A finished run has a Re-run button: the re-run says what it runs again.
+            hold.unlink()
+            await cancelled.locator("button[data-rerun-run]").click()
+            rerun = page.locator("tr[data-run-state=success]")
+            await expect(rerun).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+            await expect(rerun.locator("[data-rerun-of]")).to_contain_text("re-run of manual__")
+            await expect(rerun.locator("button[data-rerun-run]")).to_have_count(1)
+            await browser.close()
+    assert errors == []

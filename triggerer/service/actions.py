@@ -1,7 +1,8 @@
 """What the CLI and the REST API change in the store: emit an event, pause a pipeline, clear
-queued events, queue a manual run. The caller commits; what is named must exist
-(:class:`~triggerer.service.queries.NotFound`) and what is given must be usable
-(:class:`~triggerer.service.queries.Refused`).
+queued events, queue a manual run, cancel a run or run it again. The caller commits; what is
+named must exist (:class:`~triggerer.service.queries.NotFound`), what is given must be usable
+(:class:`~triggerer.service.queries.Refused`) and its state must allow the change
+(:class:`~triggerer.service.queries.Conflict`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from triggerer.service import queries
 from triggerer.service.dead_letters import unstorable
 from triggerer.service.events import NewEvent, Recorded, record_events
-from triggerer.service.queries import NotFound, Refused
+from triggerer.service.queries import Conflict, NotFound, Refused
 from triggerer.service.store import models
-from triggerer.service.store.notices import notify_queued
+from triggerer.service.store.models import FINISHED_RUN_STATES, RunState
+from triggerer.service.store.notices import notify_cancel, notify_queued
+from triggerer.service.store.types import utcnow
 from triggerer.triggers import check_json
 from triggerer.uri import normalize_uri
 
@@ -174,3 +177,59 @@ async def trigger_run(
     from triggerer.service.daemon.schedule_queries import create_manual_run
 
     return await create_manual_run(session, pipeline_id, params)
+
+
+async def cancel_run(session: AsyncSession, run_id: str) -> RunState:
+    """Cancel a run; the state it is in now. One that has not started (queued, or waiting to
+    retry) is ``cancelled`` at once; a running one is ``cancelling`` until the daemon running
+    it, told when the caller commits, has stopped its process group. A finished run is a
+    :class:`Conflict`."""
+    run = await queries.run_model(session, run_id)
+    # Each change is conditional on the state it changes, so a launcher claiming the run or
+    # recording its end at the same moment is never overwritten: one of the two comes first.
+    waiting = (RunState.QUEUED, RunState.UP_FOR_RETRY)
+    cancelled = await _change_state(session, run.id, waiting, RunState.CANCELLED)
+    cancelling = not cancelled and await _change_state(
+        session, run.id, (RunState.RUNNING, RunState.CANCELLING), RunState.CANCELLING
+    )
+    await session.refresh(run)  # the row as changed, or as another process left it
+    if cancelled:
+        return RunState.CANCELLED
+    if cancelling:  # (again, for one already cancelling: the daemon is told once more)
+        await notify_cancel(session)
+        return RunState.CANCELLING
+    raise Conflict(
+        f"run {run_id!r} is {run.state}: only a queued, running or up_for_retry run can be "
+        "cancelled"
+    )
+
+
+async def _change_state(
+    session: AsyncSession, run_pk: int, states: tuple[RunState, ...], to: RunState
+) -> bool:
+    """Move run ``run_pk`` to state ``to`` if it is in one of ``states``; whether it was."""
+    values: dict[str, Any] = {"state": to}
+    if to == RunState.CANCELLED:
+        values["end_date"] = utcnow()
+    changed = await session.execute(
+        update(models.Run)
+        .where(models.Run.id == run_pk, models.Run.state.in_(states))
+        .values(values)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(changed.rowcount == 1)  # type: ignore[attr-defined]  # CursorResult
+
+
+async def rerun(session: AsyncSession, run_id: str) -> str:
+    """Queue a new run of a finished run's pipeline consuming the same events (a re-run of it);
+    its run id. A run that is not finished is a :class:`Conflict`."""
+    run = await queries.run_model(session, run_id)
+    if run.state not in FINISHED_RUN_STATES:
+        finished = ", ".join(FINISHED_RUN_STATES)
+        raise Conflict(
+            f"run {run_id!r} is {run.state}: only a finished run ({finished}) can be re-run"
+        )
+    # As for a manual run: the scheduler's queries only for this.
+    from triggerer.service.daemon.schedule_queries import create_rerun
+
+    return await create_rerun(session, run)

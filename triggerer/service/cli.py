@@ -167,6 +167,10 @@ def _parser() -> argparse.ArgumentParser:
         runs, "list", _listing(_runs_rows, RUN_COLUMNS), "list recent runs", listing=True
     ).add_argument("--pipeline")
     verb(runs, "logs", _runs_logs, "print a run's log", reads=True).add_argument("run_id")
+    verb(runs, "cancel", _runs_cancel, "cancel a queued or running run").add_argument("run_id")
+    verb(runs, "rerun", _runs_rerun, "run a finished run again, on the same events").add_argument(
+        "run_id"
+    )
 
     post = verbs.add_parser("post", help="send messages to fire pipelines")
     targets = post.add_subparsers(metavar="BROKER")
@@ -558,6 +562,28 @@ async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
         raise CliError(f"run {arguments.run_id!r} has no log yet")
     sys.stdout.write(await anyio.Path(log_path).read_text(errors="replace"))
     return 0
+
+
+async def _runs_cancel(settings: Settings, arguments: argparse.Namespace) -> int:
+    from triggerer.service import actions
+
+    async def work(session: AsyncSession) -> int:
+        state = await actions.cancel_run(session, arguments.run_id)
+        stopping = " (the daemon running it stops its process)" if state == "cancelling" else ""
+        _say(f"run {arguments.run_id} {state}{stopping}")
+        return 0
+
+    return await _with_session(settings, work)
+
+
+async def _runs_rerun(settings: Settings, arguments: argparse.Namespace) -> int:
+    from triggerer.service import actions
+
+    async def work(session: AsyncSession) -> int:
+        _say(await actions.rerun(session, arguments.run_id))
+        return 0
+
+    return await _with_session(settings, work)
 
 
 async def _post_kafka(_: Settings, arguments: argparse.Namespace) -> int:

@@ -16,10 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service import queries
 from triggerer.service.store import models
-from triggerer.service.store.models import RefRole, RunState
+from triggerer.service.store.models import ACTIVE_RUN_STATES, RefRole
 from triggerer.service.views import RunRow, View
-
-ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.UP_FOR_RETRY)
 
 
 class QueueState(View):
@@ -74,7 +72,7 @@ async def explain(session: AsyncSession, pipeline_id: str) -> Explanation:
     active = await session.scalar(
         select(func.count())
         .select_from(models.Run)
-        .where(models.Run.pipeline_id == pipeline_id, models.Run.state.in_(ACTIVE_STATES))
+        .where(models.Run.pipeline_id == pipeline_id, models.Run.state.in_(ACTIVE_RUN_STATES))
     )
     last = await queries.runs(session, pipeline_id=pipeline_id, limit=1)
     explanation = Explanation(

@@ -57,7 +57,7 @@ INGEST_COMMIT = Histogram(
 )
 RUNS_FINISHED = Counter(
     "triggerer_runs_finished",
-    "Runs that reached a final state, by pipeline and state (success, failed)",
+    "Runs this daemon ran to a final state, by pipeline and state (success, failed, cancelled)",
     ["pipeline_id", "state"],
 )
 RUN_DURATION = Histogram(
@@ -148,7 +148,7 @@ _STORED = {source: EVENTS_STORED.labels(source) for source in EventSource}
 _queued_pipelines: set[str] = set()
 _partitions: dict[str, set[tuple[str, str]]] = {}
 _watchers: dict[int, tuple[str, str]] = {}
-_FINAL_STATES = (RunState.SUCCESS, RunState.FAILED)
+_FINAL_STATES = (RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED)
 _source = attrgetter("source")
 
 

@@ -4,7 +4,7 @@ that ``triggerer pipelines list --json`` and ``GET /api/v1/pipelines`` never dis
 Each view is a model of :mod:`triggerer.service.views` (the API's response schemas too). Lists are
 newest first where time matters (events, runs, dead letters) and by key otherwise; ``limit``
 and ``offset`` page them. A lookup of something that does not exist raises :class:`NotFound`
-naming it.
+naming it; a change that the state of what it names rules out, :class:`Conflict`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ class NotFound(LookupError):
 
 class Refused(ValueError):
     """A value a user gave cannot be used; the message names it and what would do."""
+
+
+class Conflict(ValueError):
+    """What a user asked for does not fit the state of what it names (cancelling a finished
+    run); the message names that state and what would."""
 
 
 # -- Pipelines -------------------------------------------------------------------------------
@@ -524,6 +529,7 @@ def _run_row(run: models.Run, events_consumed: int) -> RunRow:
         start_date=run.start_date,
         end_date=run.end_date,
         error=run.error,
+        rerun_of=run.rerun_of,
     )
 
 

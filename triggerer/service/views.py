@@ -150,6 +150,8 @@ class RunRow(View):
     start_date: dt.datetime | None
     end_date: dt.datetime | None
     error: str | None
+    rerun_of: str | None
+    """The run this one runs again (a re-run consumes the same events); null for others."""
 
 
 class RunDetail(RunRow):

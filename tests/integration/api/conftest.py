@@ -58,6 +58,7 @@ class Calls:
     recorded: list[Recorded] = dataclasses.field(default_factory=list)
     woken: list[set[str]] = dataclasses.field(default_factory=list)
     launcher_woken: int = 0
+    cancels: int = 0
 
 
 @dataclasses.dataclass
@@ -115,6 +116,9 @@ def make_context(
     def wake_launcher() -> None:
         calls.launcher_woken += 1
 
+    def run_cancelled() -> None:
+        calls.cancels += 1
+
     return ApiContext(
         settings=settings,
         sessions=sessions,
@@ -123,6 +127,7 @@ def make_context(
         events_recorded=calls.recorded.append,
         wake_scheduler=calls.woken.append,
         wake_launcher=wake_launcher,
+        run_cancelled=run_cancelled,
     )
 
 

@@ -198,6 +198,8 @@ async def test_bad_json_is_422(api: Api) -> None:
         ("DELETE", "/pipelines/matched/assets/999/queuedEvents", "asset 999 does not exist"),
         ("GET", "/runs/nope", "run 'nope' does not exist"),
         ("GET", "/runs/nope/logs", "run 'nope' does not exist"),
+        ("POST", "/runs/nope/cancel", "run 'nope' does not exist"),
+        ("POST", "/runs/nope/rerun", "run 'nope' does not exist"),
         ("GET", "/events/999", "event 999 does not exist"),
     ],
 )
@@ -341,6 +343,60 @@ async def test_manual_run_is_created_and_wakes_the_launcher(api: Api) -> None:
     assert (await api.client.post("/pipelines/nightly/runs")).status_code == 201
     bad = await api.client.post("/pipelines/nightly/runs", json={"params": {}, "when": "now"})
     assert bad.status_code == 422
+
+
+async def test_runs_are_cancelled_and_finished_ones_rerun_on_the_same_events(api: Api) -> None:
+    orders = await emit(api, "orders")
+    customers = await emit(api, "customers")
+    await schedule(api, "matched")
+    [queued] = (await api.client.get("/pipelines/matched/runs")).json()
+    running = (await api.client.post("/pipelines/nightly/runs")).json()
+    async with api.sessions.begin() as session:
+        await session.execute(
+            update(models.Run)
+            .where(models.Run.run_id == running["run_id"])
+            .values(state="running", owner="elsewhere")
+        )
+
+    not_finished = await api.client.post(f"/runs/{queued['run_id']}/rerun")
+    cancelled = await api.client.post(f"/runs/{queued['run_id']}/cancel")
+    cancelling = await api.client.post(f"/runs/{running['run_id']}/cancel")
+    again = await api.client.post(f"/runs/{queued['run_id']}/cancel")
+    rerun = await api.client.post(f"/runs/{queued['run_id']}/rerun")
+
+    assert (not_finished.status_code, not_finished.json()["detail"]) == (
+        409,
+        f"run {queued['run_id']!r} is queued: only a finished run (success, failed, cancelled) "
+        "can be re-run",
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    assert (cancelled.json()["state"], cancelled.json()["end_date"] is not None) == (
+        "cancelled",
+        True,
+    )
+    assert cancelling.json()["state"] == "cancelling"
+    assert api.calls.cancels == 1  # only a running run needs its launcher
+    assert (again.status_code, again.json()["detail"]) == (
+        409,
+        f"run {queued['run_id']!r} is cancelled: only a queued, running or up_for_retry run "
+        "can be cancelled",
+    )
+    assert rerun.status_code == 201, rerun.text
+    created = rerun.json()
+    assert (created["state"], created["run_type"], created["rerun_of"]) == (
+        "queued",
+        "asset",
+        queued["run_id"],
+    )
+    assert [e["id"] for e in created["consumed"]] == [orders["id"], customers["id"]]
+    assert api.calls.launcher_woken == 2  # the manual run, the re-run
+    listed = (await api.client.get("/pipelines/matched/runs")).json()
+    assert [(r["run_id"], r["rerun_of"]) for r in listed] == [
+        (created["run_id"], queued["run_id"]),
+        (queued["run_id"], None),
+    ]
+    story = (await api.client.get(f"/events/{orders['id']}")).json()
+    assert [r["run_id"] for r in story["consumed_by"]] == [queued["run_id"], created["run_id"]]
 
 
 async def test_run_log_is_text_once_written(api: Api, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, delete, func, insert, inspect, select
+from sqlalchemy import Connection, column, delete, func, insert, inspect, select, table
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
@@ -202,6 +202,54 @@ async def test_a_stored_last_poll_becomes_the_last_event_and_stays_on_downgrade(
         await engine.dispose()
 
 
+async def test_cancelled_runs_and_reruns_go_with_a_downgrade(database_url: str) -> None:
+    """Revision 0008 adds the cancelled states and re-runs; before it, neither can be stored."""
+    await upgrade(database_url, "0007")
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            asset = Asset(name="orders", uri="orders")
+            await _add(session, asset)
+            event = AssetEvent(asset_id=asset.id, source="manual")
+            await _add(session, event)
+            # Core, naming its columns: the mapped classes have columns revision 0007 lacks.
+            await session.execute(
+                insert(Pipeline).values(
+                    pipeline_id="report", fileloc="/p.py", schedule={}, schedule_text="orders"
+                )
+            )
+            first = await session.scalar(
+                insert(Run)
+                .values(run_id="r1", pipeline_id="report", run_type="asset", state="success")
+                .returning(Run.id)
+            )
+            links_0007 = table(
+                "run_event", column("run_pk"), column("event_id"), column("pipeline_id")
+            )
+            await session.execute(
+                insert(links_0007).values(run_pk=first, event_id=event.id, pipeline_id="report")
+            )
+            await session.commit()
+
+        await upgrade(database_url)
+        async with session_factory(engine)() as session:
+            again = _run("r2", "report", state="cancelled", rerun_of="r1")
+            await _add(session, again)
+            await _add(
+                session,
+                RunEvent(run_pk=again.id, event_id=event.id, pipeline_id="report", rerun=True),
+            )
+        async with engine.connect() as conn:
+            await conn.run_sync(_downgrade, "0007")
+        async with engine.connect() as conn:
+            links = await conn.execute(select(RunEvent.run_pk, RunEvent.event_id))
+            assert links.all() == [(first, event.id)]
+            runs = await conn.execute(select(Run.run_id, Run.state, Run.error).order_by(Run.id))
+            assert runs.all() == [("r1", "success", None), ("r2", "failed", "cancelled")]
+    finally:
+        await engine.dispose()
+
+
 async def test_migration_head_matches_models(migrated_engine: AsyncEngine) -> None:
     async with migrated_engine.connect() as conn:
         assert await conn.run_sync(_diff_to_models) == []
@@ -307,6 +355,12 @@ async def test_an_event_is_consumed_by_at_most_one_run_per_pipeline(
         with pytest.raises(IntegrityError):
             await session.commit()
         await session.rollback()
+
+        # A re-run links the events of the run it runs again.
+        session.add(RunEvent(run_pk=second_pk, event_id=event_id, pipeline_id="report", rerun=True))
+        await session.commit()
+        await session.execute(delete(RunEvent).where(RunEvent.run_pk == second_pk))
+        await session.commit()
 
         # The pipeline of a run_event row must be its run's pipeline.
         session.add(RunEvent(run_pk=second_pk, event_id=event_id, pipeline_id="audit"))

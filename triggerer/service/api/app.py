@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 
 from triggerer.service.api import assets, events, health, import_errors, pipelines, runs, watchers
 from triggerer.service.api.context import ApiContext, authorized
-from triggerer.service.queries import NotFound, Refused
+from triggerer.service.queries import Conflict, NotFound, Refused
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 
 log = structlog.get_logger(__name__)
@@ -56,6 +56,7 @@ def create_app(context: ApiContext) -> FastAPI:
     _add_ui(app)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(Refused, _refused)
+    app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _http_error)
     for error in STORE_ERRORS:
@@ -86,6 +87,10 @@ def _add_ui(app: FastAPI) -> None:
 
 async def _not_found(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(error)}, status_code=status.HTTP_404_NOT_FOUND)
+
+
+async def _conflict(_: Request, error: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(error)}, status_code=status.HTTP_409_CONFLICT)
 
 
 async def _refused(_: Request, error: Exception) -> JSONResponse:

@@ -35,6 +35,8 @@ class ApiContext:
     """Called after committing new events: wakes the scheduler (and listeners, metrics)."""
     wake_scheduler: Callable[[set[str]], None]
     wake_launcher: Callable[[], None]
+    run_cancelled: Callable[[], None]
+    """Called after committing a running run's cancel: the launcher running it stops it."""
 
     @functools.cached_property
     def new_events(self) -> GroupCommit:

@@ -12,6 +12,9 @@ UNAUTHORIZED: Responses = {401: {"model": Problem, "description": "no valid bear
 INVALID: Responses = {422: {"model": Problem, "description": "a value is not valid"}}
 UNAVAILABLE: Responses = {503: {"model": Problem, "description": "the store does not answer"}}
 NOT_FOUND: Responses = {404: {"model": Problem, "description": "what is named does not exist"}}
+CONFLICT: Responses = {
+    409: {"model": Problem, "description": "the state of what is named does not allow it"}
+}
 PROTECTED: Responses = {**UNAUTHORIZED, **INVALID, **UNAVAILABLE}
 """What any route behind the token check may answer besides its own."""
 

@@ -122,6 +122,7 @@ def api_server(service: Service) -> ApiServer:
         events_recorded=service.events_recorded,
         wake_scheduler=service.scheduler.wake,
         wake_launcher=service.launcher.wake,
+        run_cancelled=service.launcher.cancel_requested,
     )
     server = ApiServer(service.settings.api, create_app(context))
     server.listen()

@@ -1,7 +1,8 @@
 """The launcher: claims queued runs, runs each in a child process, records how it ended.
 
 A run that succeeds commits its outlet events together with its final state; one that fails
-emits nothing and is retried with backoff while it has tries left.
+emits nothing and is retried with backoff while it has tries left; one cancelled while it runs
+has its process group stopped and ends ``cancelled``, emitting nothing and never retried.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from triggerer.service.events import NewEvent, Recorded, record_events
 from triggerer.service.processes import Process, spark_conf, spark_env, terminate
 from triggerer.service.run_spec import RunSpec, SparkSpec, SpecAsset, SpecEvent
 from triggerer.service.store import models
+from triggerer.service.store.engine import async_url
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 from triggerer.service.store.models import EventSource, RunState
 from triggerer.service.store.types import storable_text, utcnow
@@ -56,6 +58,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 POLL_S = 5.0
+CANCEL_POLL_S = 1.0
+"""How often, on SQLite, the launcher looks for cancelled runs among those it runs: no notice
+tells it of a cancel by another process there (on PostgreSQL one does, and ``POLL_S`` only
+covers a lost notice)."""
 UNRECORDABLE = (IntegrityError, LookupError, TypeError, ValueError, StatementError)
 """What recording a malformed or conflicting run result raises: the run fails, not the daemon.
 (A ``StatementError`` that is not a ``DBAPIError`` is a value the driver could not send.)"""
@@ -102,6 +108,10 @@ class Launcher:
         self._in_progress: dict[int, anyio.CancelScope] = {}
         self._idle = anyio.Event()
         self._idle.set()
+        self._cancel_asked = anyio.Event()
+        notified = async_url(settings.database.url).get_backend_name() == "postgresql"
+        self._cancel_poll_s = POLL_S if notified else CANCEL_POLL_S
+        self._stopping_cancelled = False
 
     async def wait_idle(self) -> None:
         """Return once no run is in progress."""
@@ -115,6 +125,10 @@ class Launcher:
     def wake(self) -> None:
         self._woken.set()
 
+    def cancel_requested(self) -> None:
+        """A running run was cancelled (committed): it is stopped if it runs here."""
+        self._cancel_asked.set()
+
     def stop_accepting(self) -> None:
         """Claim no more runs (shutdown); runs in progress go on."""
         self._accepting = False
@@ -124,6 +138,9 @@ class Launcher:
         """Claim runs, oldest first and at most ``[runs] parallelism`` in progress at once, and
         start them in ``task_group`` until cancelled or stopped."""
         self._run_forks.serve_in(task_group)
+        if not self._stopping_cancelled:  # once, however often a store outage restarts this
+            self._stopping_cancelled = True
+            task_group.start_soon(self._stop_cancelled)
         try:
             while self._accepting:
                 if self._spark_server is not None:
@@ -144,6 +161,33 @@ class Launcher:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._run_forks.close()
+
+    async def _stop_cancelled(self) -> None:
+        """Stop the runs in progress here that were cancelled, once told and at the latest
+        every ``_cancel_poll_s``: each is interrupted (its process group stopped) and recorded
+        ``cancelled`` (:meth:`_record`). Runs through shutdown's grace period too."""
+        while True:
+            with anyio.move_on_after(self._cancel_poll_s):
+                await self._cancel_asked.wait()
+            self._cancel_asked = anyio.Event()
+            if not self._in_progress:
+                continue
+            for run_pk, run_id in await until_stored(self._cancelled_here, during="cancel check"):
+                scope = self._in_progress.get(run_pk)
+                if scope is not None and not scope.cancel_called:
+                    log.info("run_cancelled", run_id=run_id)
+                    scope.cancel()
+
+    async def _cancelled_here(self) -> list[tuple[int, str]]:
+        """The runs this instance runs that were cancelled: ``(id, run_id)``."""
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(models.Run.id, models.Run.run_id).where(
+                    models.Run.state == RunState.CANCELLING,
+                    models.Run.owner == self._instance_id,
+                )
+            )
+            return [(run_pk, run_id) for run_pk, run_id in rows.all()]
 
     async def _claimable(self, limit: int) -> list[int]:
         async with self._sessions() as session:
@@ -366,7 +410,9 @@ class Launcher:
             run = await session.get_one(models.Run, run_pk, with_for_update=True)
             run.log_path = str(log_path) if log_path else run.log_path
             run.end_date = end_date = utcnow()
-            if ended.interrupted:
+            if run.state == RunState.CANCELLING:  # however the try ended: no outlets, no retry
+                run.state = RunState.CANCELLED
+            elif ended.interrupted:
                 run.state, run.try_number = RunState.QUEUED, run.try_number - 1
             elif ended.result is not None:
                 run.state = RunState.SUCCESS
@@ -402,7 +448,8 @@ class Finished:
 
 @dataclasses.dataclass(frozen=True)
 class Ended:
-    """How a try ended: with a result (success), an error, or interrupted by shutdown."""
+    """How a try ended: with a result (success), an error, or interrupted (by shutdown, or a
+    cancel)."""
 
     result: dict[str, Any] | None = None
     error: str | None = None

@@ -3,7 +3,7 @@ them in the caller's session.
 
 The caller holds the transaction: a run, the exact events it consumes and the deletion of their
 queue rows commit together or not at all. Manual runs, queued by the CLI and the REST API, are
-written here too, under the same run ids.
+written here too, under the same run ids, and re-runs, which consume the events of a run again.
 """
 
 from __future__ import annotations
@@ -25,15 +25,23 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service.daemon.picking import Queued
 from triggerer.service.store import models
-from triggerer.service.store.models import ID_LENGTH, RefRole, RunState, RunType
+from triggerer.service.store.models import (
+    ACTIVE_RUN_STATES,
+    ID_LENGTH,
+    RefRole,
+    RunState,
+    RunType,
+)
 from triggerer.service.store.notices import notify_runs
 from triggerer.service.store.types import utcnow
 
@@ -45,7 +53,7 @@ if TYPE_CHECKING:
 K = TypeVar("K", int, str)
 """A key of pipelines or assets, as :func:`_queued_keys` takes them."""
 
-ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.UP_FOR_RETRY)
+ACTIVE_STATES = ACTIVE_RUN_STATES
 """The states of the runs that count towards a pipeline's ``max_active_runs``."""
 
 
@@ -313,3 +321,34 @@ async def create_manual_run(
     await session.flush()
     await notify_runs(session)
     return run_id
+
+
+async def create_rerun(session: AsyncSession, run: models.Run) -> str:
+    """Insert a queued run of ``run``'s pipeline consuming the same events, with the same
+    params and partition key, marked as a re-run of it; the caller commits, which also wakes
+    the launchers of daemons in other processes (PostgreSQL)."""
+    pipeline = await session.get_one(models.Pipeline, run.pipeline_id)
+    rerun = models.Run(
+        run_id=compose_run_id(run.pipeline_id, "rerun", uuid.uuid4().hex[:12]),
+        pipeline_id=run.pipeline_id,
+        run_type=run.run_type,
+        partition_key=run.partition_key,
+        state=RunState.QUEUED,
+        try_number=0,
+        max_tries=pipeline.retries + 1,
+        params=dict(run.params),
+        rerun_of=run.run_id,
+    )
+    session.add(rerun)
+    await session.flush()
+    links = models.RunEvent
+    await session.execute(
+        insert(links).from_select(
+            ["run_pk", "event_id", "pipeline_id", "rerun"],
+            select(literal(rerun.id), links.event_id, links.pipeline_id, true()).where(
+                links.run_pk == run.id
+            ),
+        )
+    )
+    await notify_runs(session)
+    return rerun.run_id

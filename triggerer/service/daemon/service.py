@@ -142,9 +142,12 @@ class Service:
         self.launcher.wake()
 
     def on_notice(self, payload: str) -> None:
-        """Another process queued a run, or events for pipelines: wake who handles them."""
+        """Another process queued a run, cancelled one, or queued events for pipelines: wake
+        who handles them."""
         if payload == notices.RUNS:
             self.launcher.wake()
+        elif payload == notices.CANCEL:
+            self.launcher.cancel_requested()
         elif payload.startswith(notices.QUEUED):
             self.scheduler.wake(notices.parse_queued(payload))
 
@@ -176,7 +179,8 @@ class Service:
         )
 
     async def recover(self) -> None:
-        """Runs left running by a dead instance run again (their processes died with it).
+        """Runs left running by a dead instance run again (their processes died with it);
+        those cancelled while they ran there are ``cancelled``.
 
         An instance is dead once its heartbeat is older than ``dead_after_s``; this runs at
         start and with every heartbeat, so a restart right after a crash recovers too.
@@ -188,6 +192,11 @@ class Service:
                 update(models.Run)
                 .where(models.Run.state == RunState.RUNNING, models.Run.owner.not_in(alive))
                 .values(state=RunState.QUEUED, try_number=models.Run.try_number - 1, owner=None)
+            )
+            await session.execute(
+                update(models.Run)
+                .where(models.Run.state == RunState.CANCELLING, models.Run.owner.not_in(alive))
+                .values(state=RunState.CANCELLED, end_date=utcnow())
             )
         if recovered.rowcount:  # type: ignore[attr-defined]  # CursorResult
             log.warning("runs_recovered", count=recovered.rowcount)  # type: ignore[attr-defined]

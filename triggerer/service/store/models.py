@@ -9,8 +9,9 @@ Invariants the database enforces, so that no code path can break them:
 - ``asset_event (asset_id, dedup_key)`` is unique: a redelivered message gives no second event
   (events without a dedup key never conflict, as SQL ``NULL`` is distinct from every value).
 - ``run.run_id`` is unique: a run is never created twice.
-- ``run_event (pipeline_id, event_id)`` is unique: an event is consumed by at most one run of a
-  pipeline, however many schedulers race for it.
+- ``run_event (pipeline_id, event_id)`` is unique among the links the scheduler writes (a
+  partial index, ``WHERE NOT rerun``): an event is consumed by at most one scheduled run of a
+  pipeline, however many schedulers race for it; a re-run links the same events again.
 - Foreign keys hold on SQLite too (``PRAGMA foreign_keys=ON``, see
   :mod:`triggerer.service.store.engine`).
 
@@ -39,6 +40,8 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
+    text,
 )
 from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -113,6 +116,20 @@ class RunState(enum.StrEnum):
     SUCCESS = "success"
     FAILED = "failed"
     UP_FOR_RETRY = "up_for_retry"
+    CANCELLING = "cancelling"
+    """Cancelled while running: the daemon running it stops its process group."""
+    CANCELLED = "cancelled"
+
+
+ACTIVE_RUN_STATES = (
+    RunState.QUEUED,
+    RunState.RUNNING,
+    RunState.UP_FOR_RETRY,
+    RunState.CANCELLING,  # its process is still being stopped
+)
+"""The states of the runs that count towards a pipeline's ``max_active_runs``."""
+FINISHED_RUN_STATES = (RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED)
+"""The states of the runs that are over: they may be re-run, not cancelled."""
 
 
 def _one_of(column: str, values: type[enum.StrEnum]) -> CheckConstraint:
@@ -439,7 +456,9 @@ class Run(Base):
 
     ``run_id`` is the unique run key. ``logical_date`` is NULL for asset-triggered runs.
     ``try_number`` counts started attempts, up to ``max_tries``. ``owner`` is the id of the
-    instance executing the run and ``heartbeat_at`` its last sign of life.
+    instance executing the run and ``heartbeat_at`` its last sign of life. ``rerun_of`` is the
+    ``run_id`` of the run this one runs again: text without a foreign key, so it still names
+    that run once retention has deleted it.
     """
 
     __tablename__ = "run"
@@ -470,17 +489,26 @@ class Run(Base):
     owner: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     log_path: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
+    rerun_of: Mapped[str | None] = mapped_column(String(ID_LENGTH))
 
 
 class RunEvent(Base):
-    """An event consumed by a run; unique per ``(pipeline_id, event_id)``."""
+    """An event consumed by a run. The scheduler's links (``rerun`` false) are unique per
+    ``(pipeline_id, event_id)``; a re-run's links repeat those of the run it runs again."""
 
     __tablename__ = "run_event"
     __table_args__ = (
         ForeignKeyConstraint(
             ["run_pk", "pipeline_id"], ["run.id", "run.pipeline_id"], ondelete="CASCADE"
         ),
-        UniqueConstraint("pipeline_id", "event_id"),
+        Index(
+            "uq_run_event_pipeline_id_event_id",
+            "pipeline_id",
+            "event_id",
+            unique=True,
+            sqlite_where=text("NOT rerun"),
+            postgresql_where=text("NOT rerun"),
+        ),
         Index("ix_run_event_event_id", "event_id"),
     )
 
@@ -489,6 +517,7 @@ class RunEvent(Base):
         BigId, ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True
     )
     pipeline_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    rerun: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
 class Instance(Base):

@@ -1,10 +1,10 @@
 """Notices between processes sharing a PostgreSQL database, over NOTIFY.
 
-A process that queues events for pipelines, or queues a run, says so in the same transaction;
-PostgreSQL delivers the notice to every listening daemon (``triggerer.service.daemon.wakeups``) when
-that transaction commits, never if it rolls back, so another instance or the CLI wakes a
-daemon's scheduler or launcher at once instead of at its next sweep. SQLite has no such
-channel: there the sweep is the wake-up.
+A process that queues events for pipelines, queues a run or cancels one says so in the same
+transaction; PostgreSQL delivers the notice to every listening daemon
+(``triggerer.service.daemon.wakeups``) when that transaction commits, never if it rolls back, so
+another instance or the CLI wakes a daemon's scheduler or launcher at once instead of at its
+next sweep. SQLite has no such channel: there the sweep is the wake-up.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 CHANNEL = "triggerer"
 RUNS = "runs"
 """The notice of a new queued run."""
+CANCEL = "cancel"
+"""The notice of a running run cancelled: the daemon running it stops it."""
 QUEUED = "queued"
 """The notice of queued events: ``queued`` then the pipeline ids, or alone for "any"."""
 _PAYLOAD_MAX_BYTES = 7900  # PostgreSQL refuses payloads of 8000 bytes or more
@@ -35,6 +37,11 @@ async def notify_queued(session: AsyncSession, pipeline_ids: Iterable[str]) -> N
 async def notify_runs(session: AsyncSession) -> None:
     """Tell listening daemons, once the transaction commits, that a run is queued."""
     await _notify(session, RUNS)
+
+
+async def notify_cancel(session: AsyncSession) -> None:
+    """Tell listening daemons, once the transaction commits, that a running run is cancelled."""
+    await _notify(session, CANCEL)
 
 
 async def _notify(session: AsyncSession, payload: str) -> None:

@@ -19,7 +19,9 @@ const EVENTS_PER_PAGE = 10;
 const DEFAULT_GROUP = "asset"; // an asset's group unless it names one
 const LARGE_GRAPH = 600; // elements: above, the layout trades looks for speed
 const TOKEN_KEY = "triggerer.token";
-const ACTIVE = new Set(["queued", "running", "up_for_retry"]);
+const ACTIVE = new Set(["queued", "running", "up_for_retry", "cancelling"]);
+const CANCELLABLE = new Set(["queued", "running", "up_for_retry"]);
+const FINISHED = new Set(["success", "failed", "cancelled"]); // what may be re-run
 
 const $ = (selector) => document.querySelector(selector);
 const state = {
@@ -130,6 +132,13 @@ const shortRunId = (run) => run.run_id.startsWith(`${run.pipeline_id}__`)
 
 const json = (value) => JSON.stringify(value, null, 2);
 const badge = (text) => raw(html`<span class="state ${text}">${text}</span>`);
+
+// A run's button: cancel one that runs or waits to, run a finished one again.
+function runControl(run) {
+  if (CANCELLABLE.has(run.state)) return raw(html`<button data-cancel-run="${run.run_id}">Cancel</button>`);
+  if (FINISHED.has(run.state)) return raw(html`<button data-rerun-run="${run.run_id}">Re-run</button>`);
+  return "";
+}
 
 // ---------------------------------------------------------------- the graph
 
@@ -551,7 +560,7 @@ async function pipelinePanel(id) {
     <button id="trigger" data-pipeline="${pipeline.pipeline_id}">Trigger…</button></p>
     <h2>Runs</h2>
     <table class="runs"><tr><th>run <span class="muted">(log)</span></th><th>state</th><th>start</th><th>duration</th><th>events</th></tr>
-    ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${shortRunId(r)}</button>`) : shortRunId(r)}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""}</td><td>${started(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
+    ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${shortRunId(r)}</button>`) : shortRunId(r)}${r.rerun_of ? raw(html`<br><span class="muted" data-rerun-of="${r.rerun_of}">re-run of ${shortRunId({ run_id: r.rerun_of, pipeline_id: r.pipeline_id })}</span>`) : ""}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""} ${runControl(r)}</td><td>${started(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
     ${runs.length ? "" : raw('<p class="muted">no runs yet</p>')}
     ${log !== null ? raw(html`<h3>Log of ${state.logRun}</h3><pre class="log">${log}</pre>`) : ""}`;
 }
@@ -627,7 +636,7 @@ async function traceRun(runId, depth, seen) {
   const children = await Promise.all(outlets.map((event) => traceEvent(event.id, depth + 1, seen)));
   return html`<div class="trace" data-trace-run="${run.run_id}" data-pipeline="${run.pipeline_id}">
     <h3>Run of <a href="#/pipeline/${run.pipeline_id}">${run.pipeline_id}</a> ${badge(run.state)} ${duration(run)}</h3>
-    <p class="muted">${run.run_id} · consumed ${run.events} event(s)</p>
+    <p class="muted">${run.run_id} · consumed ${run.events} event(s)${run.rerun_of ? ` · re-run of ${run.rerun_of}` : ""}</p>
     <pre class="log">${log}</pre>${children.map(raw)}</div>`;
 }
 
@@ -650,6 +659,12 @@ document.addEventListener("click", async (event) => {
       $("#trigger-pipeline").textContent = dataset.pipeline;
       $("#trigger-error").textContent = "";
       $("#trigger-dialog").showModal();
+    } else if (dataset.cancelRun) {
+      await api(`/runs/${encodeURIComponent(dataset.cancelRun)}/cancel`, { method: "POST" });
+      await refresh();
+    } else if (dataset.rerunRun) {
+      await api(`/runs/${encodeURIComponent(dataset.rerunRun)}/rerun`, { method: "POST" });
+      await refresh();
     } else if (dataset.deleteQueued) {
       await api(`/pipelines/${encodeURIComponent(dataset.deleteQueued)}/assets/${dataset.assetId}/queuedEvents`, { method: "DELETE" });
       await refresh();
