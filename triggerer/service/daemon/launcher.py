@@ -408,6 +408,11 @@ class Launcher:
         outlets = None
         async with self._sessions.begin() as session:
             run = await session.get_one(models.Run, run_pk, with_for_update=True)
+            if run.owner != self._instance_id:
+                # Another instance took this one for dead (it was silent past dead_after_s) and
+                # queued the run again: the try that runs now is the one whose end counts.
+                log.warning("run_taken_over", owner=run.owner, state=run.state)
+                return Finished(run.pipeline_id, run.state, run.start_date, utcnow(), None)
             run.log_path = str(log_path) if log_path else run.log_path
             run.end_date = end_date = utcnow()
             if run.state == RunState.CANCELLING:  # however the try ended: no outlets, no retry

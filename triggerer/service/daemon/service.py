@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import structlog
-from sqlalchemy import delete, func, make_url, select, update
+from sqlalchemy import delete, func, make_url, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer.service import metrics
@@ -186,7 +186,11 @@ class Service:
         start and with every heartbeat, so a restart right after a crash recovers too.
         """
         stale = utcnow() - timedelta(seconds=self.settings.daemon.dead_after_s)
-        alive = select(models.Instance.id).where(models.Instance.heartbeat_at >= stale)
+        # Never this instance: a heartbeat slower than dead_after_s (a loaded machine, a slow
+        # store) must not make it take its own runs for a dead one's and start them twice.
+        alive = select(models.Instance.id).where(
+            or_(models.Instance.heartbeat_at >= stale, models.Instance.id == self.instance_id)
+        )
         async with self.sessions.begin() as session:
             recovered = await session.execute(
                 update(models.Run)
