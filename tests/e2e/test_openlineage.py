@@ -309,3 +309,48 @@ async def test_kafka_transport_produces_the_same_events(
     assert {record.key for record in records} >= {b"run:lineage-test/refine"}
     check_chain([json.loads(record.value) for record in records], all_runs)
 
+
+SLOW = """
+    import time
+
+    from triggerer import Asset, pipeline
+
+    stalled = Asset("stalled")
+
+    @pipeline(schedule=stalled)
+    def stuck(spark, context):
+        time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(420)
+async def test_a_run_cancelled_while_it_runs_sends_abort(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    path = tmp_path / "lineage" / "events.jsonl"
+    deployment.write_pipelines(SLOW, "slow.py")
+    daemon, api = await start(
+        deployment, {"transport": "file", "path": str(path), "namespace": "lineage-test"}
+    )
+    with daemon:
+        await post_event(api, "stalled")
+        with anyio.fail_after(120):
+            while not _lines(path):  # noqa: ASYNC110 - a file the daemon writes: the START
+                await anyio.sleep(0.1)
+        [run] = await deployment.query(runs)
+        async with httpx.AsyncClient(base_url=api) as client:
+            response = await client.post(f"/runs/{run.run_id}/cancel")
+            assert response.status_code == 200, response.text
+        await deployment.wait_for(
+            runs, lambda rows: rows[0].state == "cancelled", timeout_s=RUNS_TIMEOUT_S
+        )
+        with anyio.fail_after(60):
+            while len(lines := _lines(path)) < 2:  # noqa: ASYNC110 - a file the daemon writes
+                await anyio.sleep(0.1)
+
+    start_event, abort = (json.loads(line) for line in lines)
+    assert (start_event["eventType"], abort["eventType"]) == ("START", "ABORT")
+    assert abort["run"]["runId"] == start_event["run"]["runId"]
+    assert abort["run"]["runId"] == run_uuid("lineage-test", run.run_id)
+    assert datasets(abort, "inputs") == {("lineage-test", "stalled")}
+    assert abort["outputs"] == []
