@@ -13,6 +13,7 @@ BENCHMARKS = (
     "bench_latency",
     "bench_spark",
     "bench_ingest",
+    "bench_retention",
     "bench_idle",
     "bench_idle_demo",
     "bench_fanout",

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Sequence
+    from datetime import datetime
 
     import httpx
-    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
     from triggerer.service.api.schemas import CreatedEvent
     from triggerer.service.config import Settings
@@ -113,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     verb(verbs, "check", _check, "exit 0 when a daemon heartbeat is fresh", reads=True)
     db = verbs.add_parser("db", help="the metadata database").add_subparsers(metavar="VERB")
     verb(db, "upgrade", _db_upgrade, "migrate the database to this version's schema")
+    clean = verb(db, "clean", _db_clean, "delete runs, events and dead letters from before DATE")
+    clean.add_argument("--before", required=True, metavar="DATE", help="ISO date or datetime")
+    clean.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
 
     pipelines = verbs.add_parser("pipelines", help="pipelines").add_subparsers(metavar="VERB")
     verb(
@@ -258,9 +262,79 @@ async def _db_upgrade(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
+async def _db_clean(settings: Settings, arguments: argparse.Namespace) -> int:
+    """Delete what is from before ``--before``, as the daemon's retention does (in small
+    batches, what is still needed kept); ``--dry-run`` only counts it."""
+    from pathlib import Path
+
+    from triggerer.service.daemon import retention
+
+    before = _moment("--before", arguments.before)
+    cutoffs = retention.Cutoffs.before(before)
+    logs_dir = Path(settings.spark.logs_dir)
+
+    async def work(sessions: async_sessionmaker[AsyncSession]) -> retention.Preview:
+        if arguments.dry_run:
+            async with sessions() as session:
+                return await retention.preview(session, cutoffs, logs_dir)
+        counts = await retention.clean(
+            sessions, cutoffs, logs_dir, batch_size=settings.retention.batch_size
+        )
+        async with sessions() as session:
+            return retention.Preview(counts, await retention.kept_events(session, before))
+
+    done = await _with_store(settings, work)
+    counts = done.counts
+    _say(
+        f"from before {before.isoformat()}, "
+        + ("would delete (dry run: nothing deleted):" if arguments.dry_run else "deleted:")
+    )
+    _say(f"  {counts['runs']} runs")
+    _say(f"  {counts['log_folders']} log folders")
+    kept = (
+        f" ({done.kept_events} more kept: queued for a pipeline, or consumed by a run that has "
+        "not ended)"
+        if done.kept_events
+        else ""
+    )
+    _say(f"  {counts['events']} events{kept}")
+    _say(f"  {counts['dead_letters']} dead letters")
+    return 0
+
+
+def _moment(option: str, text: str) -> datetime:
+    """An ISO date (midnight) or date and time, UTC unless it names its offset, not in the
+    future; else a one-line error naming it."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(
+            f"{option} {text!r} is not an ISO date or date and time, e.g. 2026-01-31 or "
+            "2026-01-31T12:00:00+02:00"
+        ) from None
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    if moment > datetime.now(UTC):
+        raise CliError(f"{option} {text!r} is in the future: nothing is from before it yet")
+    return moment
+
+
 async def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[_T]]) -> _T:
     """``work`` in one transaction on a store of this version's schema; a store that does not
     answer or is not migrated is a one-line error."""
+
+    async def in_one(sessions: async_sessionmaker[AsyncSession]) -> _T:
+        async with sessions.begin() as session:
+            return await work(session)
+
+    return await _with_store(settings, in_one)
+
+
+async def _with_store(
+    settings: Settings, work: Callable[[async_sessionmaker[AsyncSession]], Awaitable[_T]]
+) -> _T:
+    """``work`` with sessions on a store of this version's schema, as :func:`_with_session`."""
     from sqlalchemy import make_url
 
     from triggerer.service.store import (
@@ -288,8 +362,7 @@ async def _with_session(settings: Settings, work: Callable[[AsyncSession], Await
             )
         engine = create_engine(settings.database.url)
         try:
-            async with session_factory(engine).begin() as session:
-                return await work(session)
+            return await work(session_factory(engine))
         finally:
             await engine.dispose()
     except STORE_ERRORS as error:

@@ -43,6 +43,8 @@ class _Section(BaseModel):
 
 DAY_S = 86_400.0
 """The longest interval or wait a setting may give."""
+MAX_RETENTION_DAYS = 36_500
+"""The longest a store may keep anything (a hundred years; ``0`` keeps it for ever)."""
 
 
 class DatabaseSettings(_Section):
@@ -212,6 +214,16 @@ class DaemonSettings(_Section):
         return 3 * self.heartbeat_interval_s
 
 
+class RetentionSettings(_Section):
+    """How long the store keeps what it no longer needs; ``0`` days keeps that kind for ever."""
+
+    events_days: int = Field(default=30, ge=0, le=MAX_RETENTION_DAYS)
+    runs_days: int = Field(default=30, ge=0, le=MAX_RETENTION_DAYS)
+    dead_letters_days: int = Field(default=30, ge=0, le=MAX_RETENTION_DAYS)
+    interval_s: float = Field(default=600.0, gt=0, le=DAY_S)
+    batch_size: int = Field(default=500, ge=1, le=10_000)
+
+
 class LoggingSettings(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["auto", "json", "console"] = "auto"
@@ -313,6 +325,7 @@ class Settings(BaseSettings):
     spark: SparkSettings = SparkSettings()
     runs: RunsSettings = RunsSettings()
     daemon: DaemonSettings = DaemonSettings()
+    retention: RetentionSettings = RetentionSettings()
     logging: LoggingSettings = LoggingSettings()
     listeners: ListenersSettings = ListenersSettings()
     openlineage: OpenLineageSettings = OpenLineageSettings()

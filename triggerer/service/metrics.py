@@ -142,6 +142,11 @@ OPENLINEAGE_EVENTS = Counter(
     "dropped (too many were waiting)",
     ["outcome"],
 )
+RETENTION_DELETED = Counter(
+    "triggerer_retention_deleted",
+    "What retention deleted from the store, by kind (runs, log_folders, events, dead_letters)",
+    ["kind"],
+)
 
 _STORED = {source: EVENTS_STORED.labels(source) for source in EventSource}
 # The label values in use, so series of pipelines and partitions that are gone can be removed.
@@ -190,6 +195,12 @@ def queued_events(counts: Mapping[str, int], pipeline_ids: set[str]) -> None:
         QUEUED_EVENTS.labels(pipeline_id).set(counts.get(pipeline_id, 0))
     _queued_pipelines.clear()
     _queued_pipelines.update(pipeline_ids)
+
+
+def retention_deleted(counts: Mapping[str, int]) -> None:
+    """Retention deleted ``counts`` of each kind (a kind at 0 gets its series)."""
+    for kind, count in counts.items():
+        RETENTION_DELETED.labels(kind).inc(count)
 
 
 class WatcherState(Protocol):

@@ -33,6 +33,7 @@ from triggerer.service.daemon.leases import Leases
 from triggerer.service.daemon.lineage_emitter import LineageEmitter
 from triggerer.service.daemon.notifier import Notifier
 from triggerer.service.daemon.registry import DefinitionChanges, Registry, sync_definitions
+from triggerer.service.daemon.retention import Retention
 from triggerer.service.daemon.scheduler import Scheduler
 from triggerer.service.daemon.spark_server import LocalSparkServer
 from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus
@@ -106,6 +107,9 @@ class Service:
             max_pending_events=settings.listeners.max_pending_events,
         )
         self.leases = Leases(sessions, self.instance_id, ttl_s=settings.daemon.dead_after_s)
+        self.retention = Retention(
+            sessions, settings.retention, Path(settings.spark.logs_dir), self.leases
+        )
         self.supervisor = Supervisor(
             send,
             self.leases,
@@ -361,6 +365,9 @@ async def _run(
                 )
                 background.start_soon(_watch_folder, service, task_group, seen)
                 background.start_soon(listen, engine, service.on_notice)
+                background.start_soon(
+                    partial(keep_running, service.retention.run, during="retention")
+                )
                 task_status.started()
                 await (shutdown_trigger or _signalled)()
                 log.info("shutdown_started")

@@ -277,6 +277,8 @@ class AssetEvent(Base):
         Index("ix_asset_event_asset_id_id", "asset_id", "id"),
         Index("ix_asset_event_source_trigger_id", "source_trigger_id"),
         Index("ix_asset_event_source_run_pk", "source_run_pk"),
+        # Retention finds old events by their time.
+        Index("ix_asset_event_timestamp", "timestamp"),
         _one_of("source", EventSource),
     )
 
@@ -304,7 +306,11 @@ class DeadLetter(Base):
     """
 
     __tablename__ = "dead_letter"
-    __table_args__ = (UniqueConstraint("asset_id", "dedup_key"), _one_of("source", EventSource))
+    __table_args__ = (
+        UniqueConstraint("asset_id", "dedup_key"),
+        Index("ix_dead_letter_created_at", "created_at"),  # retention's
+        _one_of("source", EventSource),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     asset_id: Mapped[int | None] = mapped_column(ForeignKey("asset.id", ondelete="SET NULL"))
@@ -467,6 +473,7 @@ class Run(Base):
         UniqueConstraint("id", "pipeline_id"),
         Index("ix_run_pipeline_id_state", "pipeline_id", "state"),
         Index("ix_run_state", "state"),
+        Index("ix_run_end_date", "end_date"),  # retention finds old runs by their end
         _one_of("run_type", RunType),
         _one_of("state", RunState),
     )
