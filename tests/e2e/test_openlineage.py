@@ -52,6 +52,11 @@ PIPELINES = """
         raise RuntimeError("the data is bad")
 """
 
+SEND_RETRIES_S = 8.0
+"""Less than a send to a closed port takes: requests' retries back off 0.3 s doubling, 9.3 s."""
+RUNS_TIMEOUT_S = 300.0
+"""How long a chain's runs may take: a run's first Spark job took 110 s on a loaded machine."""
+
 
 @pytest.fixture
 def deployment(tmp_path: Path, spark_remote: str) -> Deployment:
@@ -178,7 +183,7 @@ def check_chain(events: list[dict[str, Any]], all_runs: list[models.Run]) -> Non
         assert parent["job"]["namespace"] == "lineage-test"
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 async def test_file_transport_has_start_and_end_of_every_run(
     tmp_path: Path, spark_remote: str, database_url: str
 ) -> None:
@@ -191,7 +196,9 @@ async def test_file_transport_has_start_and_end_of_every_run(
     with daemon:
         await post_event(api, "s3://lake/raw/orders")
         await post_event(api, "broken")
-        all_runs = await deployment.wait_for(runs, ended("refine", "publish", "failing"))
+        all_runs = await deployment.wait_for(
+            runs, ended("refine", "publish", "failing"), timeout_s=RUNS_TIMEOUT_S
+        )
         # The runs' ends are recorded before their events are sent: wait for the six.
         with anyio.fail_after(60):
             while len(lines := _lines(path)) < 6:  # noqa: ASYNC110 - a file the daemon writes
@@ -217,7 +224,7 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 async def test_http_transport_posts_the_same_events(
     deployment: Deployment, receiver: Receiver
 ) -> None:
@@ -227,7 +234,9 @@ async def test_http_transport_posts_the_same_events(
     )
     with daemon:
         await post_event(api, "s3://lake/raw/orders")
-        all_runs = await deployment.wait_for(runs, ended("refine", "publish"))
+        all_runs = await deployment.wait_for(
+            runs, ended("refine", "publish"), timeout_s=RUNS_TIMEOUT_S
+        )
         with anyio.fail_after(60):
             while len(receiver.received) < 4:  # noqa: ASYNC110 - a server thread appends
                 await anyio.sleep(0.1)
@@ -237,7 +246,7 @@ async def test_http_transport_posts_the_same_events(
     check_chain(receiver.events(), all_runs)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 async def test_an_unreachable_backend_holds_up_no_run(deployment: Deployment) -> None:
     daemon, api = await start(
         deployment,
@@ -245,29 +254,26 @@ async def test_an_unreachable_backend_holds_up_no_run(deployment: Deployment) ->
     )
     with daemon:
         await post_event(api, "s3://lake/raw/orders")
-        all_runs = await deployment.wait_for(runs, ended("refine", "publish"))
+        all_runs = await deployment.wait_for(
+            runs, ended("refine", "publish"), timeout_s=RUNS_TIMEOUT_S
+        )
         [first_failure] = await daemon.wait_logged("openlineage_send_failed")
-        log_text = daemon.log_path.read_text()
 
-    assert {run.pipeline_id: run.state for run in all_runs} == {
-        "refine": "success",
-        "publish": "success",
-    }
-    assert first_failure["event_type"] == "START"
-    assert first_failure["transport"] == "http"
-    # Each send to the closed port fails only after the client's retries (about 9 s): both
-    # runs ended while the emitter was still behind, so neither waited for it.
-    failures = [
-        json.loads(line) for line in log_text.splitlines() if '"openlineage_send_failed"' in line
-    ]
-    last_end = max(run.end_date for run in all_runs if run.end_date is not None)
-    failed_before_the_end = [
-        f for f in failures if datetime.fromisoformat(f["timestamp"]) <= last_end
-    ]
-    assert len(failed_before_the_end) < 4, (failures, last_end)
+    refine, publish = sorted(all_runs, key=lambda run: run.id)
+    assert (refine.pipeline_id, refine.state) == ("refine", "success")
+    assert (publish.pipeline_id, publish.state) == ("publish", "success")
+    assert (first_failure["event_type"], first_failure["transport"]) == ("START", "http")
+    # A send to the closed port fails only after the client's retries, about 9 s ...
+    failed_at = datetime.fromisoformat(first_failure["timestamp"])
+    send_s = (failed_at - refine.start_date).total_seconds()
+    assert send_s >= SEND_RETRIES_S, first_failure
+    # ... yet publish starts as soon as refine has ended: the launcher waited for no send (it
+    # would have waited for refine's COMPLETE there).
+    gap_s = (publish.start_date - refine.end_date).total_seconds()
+    assert gap_s < SEND_RETRIES_S, gap_s
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 async def test_kafka_transport_produces_the_same_events(
     deployment: Deployment, kafka_broker: str, make_topic: MakeTopic
 ) -> None:
@@ -283,7 +289,9 @@ async def test_kafka_transport_produces_the_same_events(
     )
     with daemon:
         await post_event(api, "s3://lake/raw/orders")
-        all_runs = await deployment.wait_for(runs, ended("refine", "publish"))
+        all_runs = await deployment.wait_for(
+            runs, ended("refine", "publish"), timeout_s=RUNS_TIMEOUT_S
+        )
         consumer = AIOKafkaConsumer(
             topic, bootstrap_servers=kafka_broker, auto_offset_reset="earliest"
         )
@@ -300,3 +308,49 @@ async def test_kafka_transport_produces_the_same_events(
     # Keyed by the job, so a job's events keep their order in one partition.
     assert {record.key for record in records} >= {b"run:lineage-test/refine"}
     check_chain([json.loads(record.value) for record in records], all_runs)
+
+
+SLOW = """
+    import time
+
+    from triggerer import Asset, pipeline
+
+    stalled = Asset("stalled")
+
+    @pipeline(schedule=stalled)
+    def stuck(spark, context):
+        time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(420)
+async def test_a_run_cancelled_while_it_runs_sends_abort(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    path = tmp_path / "lineage" / "events.jsonl"
+    deployment.write_pipelines(SLOW, "slow.py")
+    daemon, api = await start(
+        deployment, {"transport": "file", "path": str(path), "namespace": "lineage-test"}
+    )
+    with daemon:
+        await post_event(api, "stalled")
+        with anyio.fail_after(120):
+            while not _lines(path):  # noqa: ASYNC110 - a file the daemon writes: the START
+                await anyio.sleep(0.1)
+        [run] = await deployment.query(runs)
+        async with httpx.AsyncClient(base_url=api) as client:
+            response = await client.post(f"/runs/{run.run_id}/cancel")
+            assert response.status_code == 200, response.text
+        await deployment.wait_for(
+            runs, lambda rows: rows[0].state == "cancelled", timeout_s=RUNS_TIMEOUT_S
+        )
+        with anyio.fail_after(60):
+            while len(lines := _lines(path)) < 2:  # noqa: ASYNC110 - a file the daemon writes
+                await anyio.sleep(0.1)
+
+    start_event, abort = (json.loads(line) for line in lines)
+    assert (start_event["eventType"], abort["eventType"]) == ("START", "ABORT")
+    assert abort["run"]["runId"] == start_event["run"]["runId"]
+    assert abort["run"]["runId"] == run_uuid("lineage-test", run.run_id)
+    assert datasets(abort, "inputs") == {("lineage-test", "stalled")}
+    assert abort["outputs"] == []
