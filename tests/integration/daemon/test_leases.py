@@ -39,3 +39,19 @@ async def test_concurrent_claims_have_one_winner(migrated_engine: AsyncEngine) -
         for leases in contenders:
             group.start_soon(claim, leases)
     assert won.count(True) == 1
+
+
+async def test_a_released_lease_is_free_at_once(migrated_engine: AsyncEngine) -> None:
+    sessions = session_factory(migrated_engine)
+    first = Leases(sessions, "instance-a", ttl_s=3600)
+    second = Leases(sessions, "instance-b", ttl_s=3600)
+    assert await first.claim("trigger:1")
+    assert await first.claim("trigger:2")
+
+    await second.release("trigger:1")  # not its lease: nothing happens
+    assert not await second.claim("trigger:1")
+    await first.release("trigger:1")
+
+    assert first.held == {"trigger:2"}
+    assert await second.claim("trigger:1")  # an hour before the lease would have expired
+    assert not await second.claim("trigger:2")
