@@ -165,6 +165,13 @@ def _parser() -> argparse.ArgumentParser:
         "events the store could not hold, with the reason",
         listing=True,
     )
+    replay = verb(events, "replay", _replay, "queue an asset's stored events again", reads=True)
+    replay.add_argument("--asset", required=True, metavar="NAME", help="asset name or URI")
+    replay.add_argument("--pipeline", metavar="ID", help="only for this consumer")
+    replay.add_argument("--since", required=True, metavar="TIME", help="ISO date or time, from")
+    replay.add_argument("--until", metavar="TIME", help="ISO date or time, before (default: now)")
+    replay.add_argument("--dry-run", action="store_true", help="say what would happen; change none")
+    replay.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
     runs = verbs.add_parser("runs", help="runs").add_subparsers(metavar="VERB")
     verb(
@@ -614,6 +621,33 @@ def _detail(response: Any) -> str:
 
 def _queued(pipeline_ids: Iterable[str]) -> str:
     return ", ".join(sorted(pipeline_ids)) or "no pipeline"
+
+
+async def _replay(settings: Settings, arguments: argparse.Namespace) -> int:
+    """Queue stored events of an asset again for its consumers (see
+    :mod:`triggerer.service.replay`); daemons hear of it as of ``events emit``. It logs
+    nothing, so logging is not set up."""
+    from triggerer.service import replay
+
+    since = replay.parse_time("--since", arguments.since)
+    until = None if arguments.until is None else replay.parse_time("--until", arguments.until)
+
+    async def work(session: AsyncSession) -> replay.ReplayResult:
+        return await replay.replay(
+            session,
+            await replay.find_asset(session, arguments.asset),
+            since=since,
+            until=until,
+            pipeline_id=arguments.pipeline,
+            dry_run=arguments.dry_run,
+        )
+
+    result = await _with_session(settings, work)
+    if arguments.json:
+        _say(result.model_dump_json())
+    else:
+        _say("\n".join(replay.summary(result)))
+    return 0
 
 
 async def _runs_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:

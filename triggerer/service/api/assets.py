@@ -1,4 +1,5 @@
-"""``/assets``: assets, aliases, events (listed and created) and the queued events of an asset."""
+"""``/assets``: assets, aliases, events (listed and created), the queued events of an asset,
+and replaying its stored events."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, status
 
-from triggerer.service import actions, queries
+from triggerer.service import actions, queries, replay
 from triggerer.service.api.context import Context, authorized
-from triggerer.service.api.responses import NOT_FOUND, PROTECTED
+from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
     INT4_MAX,
     AssetId,
@@ -18,6 +19,7 @@ from triggerer.service.api.schemas import (
     NamePrefix,
     NewAssetEvent,
     Offset,
+    ReplayRequest,
     Since,
     UtcTime,
 )
@@ -98,3 +100,27 @@ async def delete_queued_events(
     async with context.transaction() as session:
         deleted = await actions.delete_queued_events(session, asset_id=asset_id, before=before)
     return Deleted(deleted=deleted)
+
+
+@router.post("/{asset_id}/replay", responses={**NOT_FOUND, **CONFLICT})
+async def replay_events(
+    context: Context, asset_id: AssetId, asked: ReplayRequest
+) -> replay.ReplayResult:
+    """Queue the asset's events stored in ``[since, until)`` again for ``pipeline_id``, or every
+    consumer not paused, so their conditions see them again; the scheduler looks at once. An
+    event is replayed for a pipeline at most once: an event queued still, or covered by an
+    earlier replay, is not queued again. With ``dry_run``, nothing changes: the answer says
+    what would be queued and which runs would start. A pipeline that does not consume the
+    asset, or ``since`` not before ``until``, is a 422; a paused pipeline a 409."""
+    async with context.transaction() as session:
+        result = await replay.replay(
+            session,
+            asset_id,
+            since=asked.since,
+            until=asked.until,
+            pipeline_id=asked.pipeline_id,
+            dry_run=asked.dry_run,
+        )
+    if not result.dry_run:
+        context.wake_scheduler({done.pipeline_id for done in result.pipelines if done.queued})
+    return result

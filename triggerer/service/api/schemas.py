@@ -65,6 +65,16 @@ class NewRun(Body):
     params: dict[str, Any] = {}
 
 
+class ReplayRequest(Body):
+    """A replay of the asset's events stored from ``since`` (included) to ``until``
+    (excluded; default: now), for ``pipeline_id`` or every consumer not paused."""
+
+    since: UtcTime
+    until: UtcTime | None = None
+    pipeline_id: str | None = Field(default=None, pattern=PIPELINE_ID)
+    dry_run: bool = False
+
+
 class Deleted(BaseModel):
     deleted: int
     """How many queued events were removed."""

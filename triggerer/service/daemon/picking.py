@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.exc import StatementError
 
@@ -26,11 +26,24 @@ from triggerer.service.store.models import ID_LENGTH
 
 if TYPE_CHECKING:
     from triggerer.assets import BaseAsset
-    from triggerer.pipelines import Pipeline
+    from triggerer.pipelines import RunPolicy
+    from triggerer.schedules import Schedule
     from triggerer.service.daemon.registry import Registry
 
 Choice = frozenset[int]
 """Asset ids whose events together satisfy a condition (directly or through aliases)."""
+
+
+class Picking(Protocol):
+    """What picking reads of a pipeline: a :class:`~triggerer.pipelines.Pipeline`, or its
+    stored definition (a replay's dry run)."""
+
+    @property
+    def schedule(self) -> Schedule | None: ...
+    @property
+    def run_policy(self) -> RunPolicy: ...
+    @property
+    def max_events_per_run(self) -> int | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +54,8 @@ class Queued:
     event_id: int
     asset_id: int
     partition_key: str | None
+    replayed: bool = False
+    """Queued again by a replay (``events replay``), not when the event was stored."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +79,7 @@ def describe(error: BaseException) -> str:
 
 
 def pick_run(
-    pipeline: Pipeline,
+    pipeline: Picking,
     condition: BaseAsset,
     rows: list[Queued],
     registry: Registry,
@@ -90,7 +105,7 @@ def pick_run(
 class _Chooser:
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: Picking,
         condition: BaseAsset,
         registry: Registry,
         alias_members: dict[int, set[AssetAlias]],

@@ -80,6 +80,13 @@ def compose_run_id(pipeline_id: str, kind: str, suffix: str) -> str:
     return pipeline_id[: ID_LENGTH - len(tail)] + tail
 
 
+def asset_run_id(pipeline_id: str, rows: Sequence[Queued]) -> str:
+    """The run id of the run consuming ``rows``, named after its first event: ``asset``, or
+    ``replay`` when a replay queued that event again (its first run may carry that name)."""
+    first = rows[0]
+    return compose_run_id(pipeline_id, "replay" if first.replayed else "asset", str(first.event_id))
+
+
 # The statements of every pass are built once: building them cost more than running them.
 # The active states as one comparison each, not IN: an IN list is rendered on every execution.
 _ACTIVE_RUNS = (
@@ -168,6 +175,7 @@ async def queued_rows(session: AsyncSession, pipeline_id: str) -> list[Queued]:
             models.QueuedEvent.event_id,
             models.QueuedEvent.asset_id,
             models.QueuedEvent.partition_key,
+            models.QueuedEvent.replay_id.is_not(None),
         )
         .where(models.QueuedEvent.pipeline_id == pipeline_id)
         .order_by(models.QueuedEvent.id)
@@ -287,7 +295,14 @@ async def insert_run(
     await session.execute(
         insert(models.RunEvent),
         [
-            {"run_pk": run.id, "event_id": row.event_id, "pipeline_id": pipeline.pipeline_id}
+            {
+                "run_pk": run.id,
+                "event_id": row.event_id,
+                "pipeline_id": pipeline.pipeline_id,
+                # An event a replay queued again may have been consumed already: its link
+                # stands outside the unique guard, as a re-run's (the replay's key holds it).
+                "rerun": row.replayed,
+            }
             for row in picked
         ],
     )

@@ -32,6 +32,7 @@ from triggerer.service import metrics
 from triggerer.service.daemon.picking import Pick, describe, pick_run
 from triggerer.service.daemon.schedule_queries import (
     ConsumedElsewhere,
+    asset_run_id,
     assets_with_queued,
     compose_run_id,
     drop_foreign_rows,
@@ -178,7 +179,7 @@ class Scheduler:
         if not pick.rows:
             await _report(session, pipeline.pipeline_id, error, "; ".join(pick.problems) or None)
             return None
-        run_id = compose_run_id(pipeline.pipeline_id, "asset", str(pick.rows[0].event_id))
+        run_id = asset_run_id(pipeline.pipeline_id, pick.rows)
         await insert_run(session, pipeline, run_id, RunType.ASSET, pick.partition_key, pick.rows)
         return run_id
 

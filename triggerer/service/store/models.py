@@ -12,6 +12,8 @@ Invariants the database enforces, so that no code path can break them:
 - ``run_event (pipeline_id, event_id)`` is unique among the links the scheduler writes (a
   partial index, ``WHERE NOT rerun``): an event is consumed by at most one scheduled run of a
   pipeline, however many schedulers race for it; a re-run links the same events again.
+- ``replay_event (pipeline_id, event_id)`` is a key: an event is replayed for a pipeline at most
+  once, so replaying a range twice queues nothing new.
 - Foreign keys hold on SQLite too (``PRAGMA foreign_keys=ON``, see
   :mod:`triggerer.service.store.engine`).
 
@@ -437,7 +439,9 @@ class QueuedEvent(Base):
     ``asset_id`` repeats the event's asset so conditions are evaluated from this table alone;
     it has no foreign key of its own: deleting an asset deletes its events, and their queue
     rows through ``event_id``. ``partition_key`` is the event's key after the pipeline's
-    partition mapper.
+    partition mapper. ``replay_id`` is the :class:`Replay` that queued the event again (NULL
+    for the rows of new events); it has no foreign key either (adding one would have rebuilt
+    this table on SQLite), and replays are not deleted while their pipeline exists.
     """
 
     __tablename__ = "queued_event"
@@ -455,6 +459,45 @@ class QueuedEvent(Base):
     event_id: Mapped[int] = mapped_column(BigId, ForeignKey("asset_event.id", ondelete="CASCADE"))
     partition_key: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    replay_id: Mapped[int | None] = mapped_column()
+
+
+class Replay(Base):
+    """A replay of the stored events of ``asset_id`` whose time is in ``[since, until)``, for
+    one pipeline that consumes the asset, asked at ``created_at``."""
+
+    __tablename__ = "replay"
+    __table_args__ = (
+        Index("ix_replay_asset_id", "asset_id"),
+        Index("ix_replay_pipeline_id", "pipeline_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
+    pipeline_id: Mapped[str] = mapped_column(ForeignKey("pipeline.pipeline_id", ondelete="CASCADE"))
+    since: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    until: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class ReplayEvent(Base):
+    """An event a replay covered for a pipeline (queued it again, or found it queued still).
+
+    The key ``(pipeline_id, event_id)`` makes replays idempotent: each stored event is replayed
+    for a pipeline at most once, however often and however concurrently replays are asked.
+    """
+
+    __tablename__ = "replay_event"
+    __table_args__ = (
+        Index("ix_replay_event_event_id", "event_id"),
+        Index("ix_replay_event_replay_id", "replay_id"),
+    )
+
+    pipeline_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    event_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True
+    )
+    replay_id: Mapped[int] = mapped_column(ForeignKey("replay.id", ondelete="CASCADE"))
 
 
 class Run(Base):
@@ -501,7 +544,9 @@ class Run(Base):
 
 class RunEvent(Base):
     """An event consumed by a run. The scheduler's links (``rerun`` false) are unique per
-    ``(pipeline_id, event_id)``; a re-run's links repeat those of the run it runs again."""
+    ``(pipeline_id, event_id)``; a re-run's links repeat those of the run it runs again, and
+    the links of events a replay queued again are marked ``rerun`` too (the replay's own key
+    makes those unique)."""
 
     __tablename__ = "run_event"
     __table_args__ = (
