@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.daemon.test_scheduling import Harness
 from triggerer.service import replay
+from triggerer.service.daemon import retention
 from triggerer.service.queries import Conflict, NotFound, Refused
 from triggerer.service.store import models, session_factory
 
@@ -196,3 +197,26 @@ async def test_assets_are_found_by_name_or_uri(make_harness: MakeHarness) -> Non
     with pytest.raises(Refused, match="--since 'yesterday' is not an ISO date"):
         replay.parse_time("--since", "yesterday")
     assert replay.parse_time("--since", "2026-01-31") == datetime(2026, 1, 31, tzinfo=UTC)
+
+
+async def test_retention_deletes_replayed_events_once_not_queued(
+    make_harness: MakeHarness, tmp_path: Path
+) -> None:
+    harness = await make_harness(LATE)
+    events = await harness.emit("a", times=2)
+    assert await harness.schedule("first") == 1
+    await replayed(harness, pipeline_id="first")  # queued again: kept while queued
+    cutoffs = retention.Cutoffs.before(datetime.now(UTC) + timedelta(seconds=1))
+
+    await retention.clean(harness.sessions, cutoffs, tmp_path / "logs", batch_size=10)
+    assert await harness.queued_ids("first") == events
+    await harness.schedule("first")
+    for pipeline_id in ("first", "late", "both"):
+        async with harness.sessions.begin() as session:
+            await session.execute(
+                delete(models.QueuedEvent).where(models.QueuedEvent.pipeline_id == pipeline_id)
+            )
+    await harness.finish_runs("first")
+    await retention.clean(harness.sessions, cutoffs, tmp_path / "logs", batch_size=10)
+
+    assert await stored(harness) == (0, 1, 0)  # the replay's events went with them
