@@ -69,11 +69,17 @@ BASE_IMAGE ?= docker.io/library/debian:bookworm-slim
 CONTAINER ?= $(shell if ! command -v podman >/dev/null && docker info >/dev/null 2>&1; then echo docker; else echo podman; fi)
 IMAGE_CONTEXT := var/image
 
-image: ui
-	rm -rf $(IMAGE_CONTEXT)
-	mkdir -p $(IMAGE_CONTEXT)
-	cp deploy/container/Containerfile deploy/container/triggerer.toml $(IMAGE_CONTEXT)/
+# The dependencies' wheels (two minutes), made again only when pyproject.toml changes.
+$(IMAGE_CONTEXT)/wheels.made: pyproject.toml
+	rm -rf $(IMAGE_CONTEXT)/wheels
 	$(PYTHON) -m pip wheel --quiet --wheel-dir $(IMAGE_CONTEXT)/wheels .
+	rm $(IMAGE_CONTEXT)/wheels/triggerer-*.whl
+	touch $@
+
+image: ui $(IMAGE_CONTEXT)/wheels.made
+	rm -rf $(IMAGE_CONTEXT)/app
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir $(IMAGE_CONTEXT)/app .
+	cp deploy/container/Containerfile deploy/container/triggerer.toml $(IMAGE_CONTEXT)/
 	BUILDAH_FORMAT=docker $(CONTAINER) build --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) $(IMAGE_CONTEXT)
 
 # Builds the image on a Debian base made here (no registry needed) and runs it: tests/container/.

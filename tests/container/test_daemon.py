@@ -44,7 +44,7 @@ def count_orders(spark, context):
     spark.range(rows).write.mode("overwrite").parquet(out)
     assert spark.read.parquet(out).count() == rows
 """
-RUN_TIMEOUT_S = 300.0
+RUN_TIMEOUT_S = 420.0
 """The JVM's start and a first run, in a container on a busy two-core machine."""
 STOP_TIMEOUT_S = 10.0
 """What ``podman stop`` and ``docker stop`` wait after SIGTERM before SIGKILL (the image's
