@@ -134,6 +134,12 @@ def _reasons(explained: Explanation) -> list[str]:
         reasons.append("the condition holds: the scheduler creates a run at its next pass")
     if explained.next_cron_at is not None:
         reasons.append(f"next cron tick at {explained.next_cron_at}")
+    last = explained.last_run
+    if last is not None and last.error and last.state in ("failed", "up_for_retry"):
+        # Its first line says why: "timed out after 600 s (timeout_s), see ...", an exception.
+        why = last.error.splitlines()[0]
+        tries = f"try {last.try_number} of {last.max_tries}"
+        reasons.append(f"last run {last.run_id} {last.state} ({tries}): {why}")
     return reasons
 
 
