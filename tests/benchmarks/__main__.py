@@ -14,6 +14,7 @@ BENCHMARKS = (
     "bench_spark",
     "bench_ingest",
     "bench_retention",
+    "bench_large_store",
     "bench_idle",
     "bench_idle_demo",
     "bench_fanout",

@@ -117,14 +117,17 @@ def import_providers() -> None:
 
 
 @contextlib.asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Daemon]:
-    """``serve(settings)`` in the background of the ``async with`` body, then its shutdown."""
+async def running(
+    settings: Settings, daemon: Callable[[Service], Daemon] = Daemon
+) -> AsyncIterator[Daemon]:
+    """``serve(settings)`` in the background of the ``async with`` body, then its shutdown;
+    ``daemon`` makes what it hands its parts to (a :class:`Daemon` that also serves the API)."""
     if not settings.api.enabled:
         raise ValueError("[api] enabled = false: serve() would not hand its parts to the harness")
     daemons: list[Daemon] = []
 
     def beside(service: Service) -> Daemon:
-        daemons.append(Daemon(service))
+        daemons.append(daemon(service))
         return daemons[-1]
 
     stop = anyio.Event()

@@ -281,6 +281,7 @@ class AssetEvent(Base):
         Index("ix_asset_event_source_run_pk", "source_run_pk"),
         # Retention finds old events by their time.
         Index("ix_asset_event_timestamp", "timestamp"),
+        Index("ix_asset_event_source_id", "source", "id"),  # one source's, newest first
         _one_of("source", EventSource),
     )
 
@@ -515,8 +516,10 @@ class Run(Base):
         # Lets run_event name (run, pipeline) in one foreign key, so its pipeline_id is the run's.
         UniqueConstraint("id", "pipeline_id"),
         Index("ix_run_pipeline_id_state", "pipeline_id", "state"),
+        Index("ix_run_pipeline_id_id", "pipeline_id", "id"),  # a pipeline's, newest first
         Index("ix_run_state", "state"),
         Index("ix_run_end_date", "end_date"),  # retention finds old runs by their end
+        Index("ix_run_created_at", "created_at"),  # the API's runs since a time
         _one_of("run_type", RunType),
         _one_of("state", RunState),
     )
