@@ -2,7 +2,8 @@
 by an event posted to the REST API sends START and COMPLETE for each run, with its inputs, its
 outputs (through an alias too) and, for the second, the first as its parent; a failing run
 sends FAIL. The file, HTTP and Kafka transports carry the same events; an HTTP backend that is away
-holds up no run: the runs go on and the daemon logs each failed send."""
+holds up no run: the runs go on and the daemon logs each failed send. A file that cannot be
+written stops the start with one line naming the setting."""
 
 from __future__ import annotations
 
@@ -218,6 +219,24 @@ async def test_file_transport_has_start_and_end_of_every_run(
     assert failed["outputs"] == []
     assert failed["run"]["facets"]["errorMessage"]["message"].startswith("exit code")
     assert failed["producer"].startswith("urn:triggerer")
+
+
+async def test_a_file_that_cannot_be_written_stops_the_start(tmp_path: Path) -> None:
+    # Nothing runs: no Spark server, no broker.
+    deployment = Deployment(
+        tmp_path, sqlite_url(tmp_path), "sc://127.0.0.1:1", "unused:9092", "unused"
+    )
+    deployment.write_pipelines(PIPELINES)
+    config = deployment.config_file(
+        openlineage={"enabled": True, "transport": "file", "path": "/proc/nope/events.jsonl"}
+    )
+    with deployment.process_with_config(config) as daemon:
+        daemon.start()
+        code = await daemon.wait(60)
+    output = (tmp_path / "daemon.log").read_text()
+    assert code != 0, output
+    [error] = output.splitlines()
+    assert error.startswith("triggerer: [openlineage] path '/proc/nope/events.jsonl': "), error
 
 
 def _lines(path: Path) -> list[str]:

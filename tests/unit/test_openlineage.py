@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from triggerer.service.config import CONFIG_ENV, ConfigError, OpenLineageSettings, load_settings
-from triggerer.service.daemon.lineage_emitter import LineageEmitter
+from triggerer.service.daemon.lineage_emitter import LineageEmitter, make_transport
 from triggerer.service.openlineage import (
     DatasetId,
     EventType,
@@ -73,6 +73,8 @@ AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
         ("orders", "jobs", "orders"),
         ("//example/asset", "jobs", "//example/asset"),
         ("1orders:x", "jobs", "1orders:x"),
+        # Not a URL (an unclosed IPv6 host), as an x- URI may be: the URI as given.
+        ("x-db://[bad/t", "jobs", "x-db://[bad/t"),
     ],
 )
 def test_dataset_of_each_scheme(uri: str, namespace: str, name: str) -> None:
@@ -160,6 +162,16 @@ def test_a_run_without_a_parent_has_no_parent_facet() -> None:
     assert event["inputs"] == []
 
 
+def test_an_x_uri_that_is_no_url_still_makes_an_event() -> None:
+    uri = normalize_uri("x-db://[bad/t")  # x- URIs are stored as given
+    lineage = RunLineage("load__asset__1", "load", inputs=(uri,), outputs=(uri,))
+    complete = _json(lineage, "COMPLETE")
+    for side in ("inputs", "outputs"):
+        assert [(d["namespace"], d["name"]) for d in complete[side]] == [
+            ("triggerer", "x-db://[bad/t")
+        ]
+
+
 def test_openlineage_is_off_unless_enabled_and_needs_its_transports_keys() -> None:
     assert OpenLineageSettings().enabled is False
     assert OpenLineageSettings(transport="file").path is None  # not enabled: nothing needed
@@ -233,3 +245,18 @@ def test_a_disabled_emitter_queues_nothing() -> None:
     emitter.run_started(1, try_number=1)
     emitter.run_ended(1, "failed")
     assert not emitter._queued
+
+
+def test_a_kafka_setting_the_producer_refuses_names_the_key_not_the_password() -> None:
+    settings = OpenLineageSettings(
+        enabled=True,
+        transport="kafka",
+        bootstrap_servers="broker:9092",
+        kafka_config={"acks": "maybe", "sasl.password": "s3cr3t"},
+    )
+    with pytest.raises(ConfigError, match=r"\[openlineage\] kafka_config") as raised:
+        make_transport(settings)  # no connection: librdkafka checks its settings first
+    message = str(raised.value)
+    assert "'acks': 'maybe'" in message
+    assert "configuration property" in message  # librdkafka's reason
+    assert "s3cr3t" not in message

@@ -20,6 +20,7 @@ asset URI                     dataset namespace           dataset name
 ``orders`` (no scheme)        the job namespace           ``orders``
 any other ``scheme://a/p?q``  ``scheme://a``              ``/p?q`` (``/`` when empty)
 ``scheme:opaque``             ``scheme``                  ``opaque``
+``x-db://[bad/t`` (no URL)    the job namespace           ``x-db://[bad/t`` (as given)
 ============================  ==========================  ==============================
 
 A user name in an authority is left out of the namespace (a data source is its host, whoever
@@ -118,14 +119,19 @@ def run_uuid(namespace: str, run_id: str) -> str:
 
 def dataset_id(uri: str, job_namespace: str) -> DatasetId:
     """The OpenLineage dataset of the canonical asset URI ``uri`` (see the module docstring);
-    scheme-less URIs are datasets of ``job_namespace``."""
+    scheme-less URIs, and URIs that do not parse as URLs, are datasets of ``job_namespace``."""
     scheme, colon, rest = uri.partition(":")
     if not colon or not _is_scheme(scheme):
         return DatasetId(job_namespace, uri)
     scheme = scheme.lower()
     if not rest.startswith("//"):
         return DatasetId(scheme, rest or "/")
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    # An ``x-`` URI is stored as given, so it need not parse as a URL (an unclosed IPv6 host):
+    # its dataset is the URI itself, like a scheme-less one's.
+    except ValueError:
+        return DatasetId(job_namespace, uri)
     host = parts.netloc.rpartition("@")[2]
     if scheme in ("s3", "gs"):
         return DatasetId(f"{scheme}://{host}", parts.path.lstrip("/") or "/")

@@ -19,11 +19,15 @@ run goes on. OpenLineage asks one START and one terminal event per run, and the 
 consumed the events and emitted the outlets. A try interrupted by shutdown runs again from try
 1, so its run sends ``START`` again, under the same run id.
 
-The client's import takes a second, so it is imported in a thread, and only when enabled.
+The client's import takes a second, so it is imported in a thread, and only when enabled. The
+transport is made by :meth:`LineageEmitter.start`, before the daemon runs: a setting it refuses
+(a file that cannot be appended to, a producer setting librdkafka rejects) stops the start with
+a :class:`~triggerer.service.config.ConfigError` naming it, rather than the running daemon.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
 from triggerer.service import metrics
+from triggerer.service.config import ConfigError
 from triggerer.service.daemon.backoff import until_stored
 from triggerer.service.store import models
 from triggerer.service.store.types import utcnow
@@ -53,6 +58,9 @@ log = structlog.get_logger(__name__)
 
 DROP_LOG_INTERVAL_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
+
+_SECRET_SETTING = re.compile(r"password|secret|\.pem$|oauthbearer\.config")
+"""The librdkafka settings whose values an error message never shows."""
 
 _END_EVENTS: dict[str, EventType] = {"success": "COMPLETE", "failed": "FAIL", "cancelled": "ABORT"}
 """The OpenLineage event of each state that ends a run (other states end a try, not the run)."""
@@ -74,6 +82,7 @@ class LineageEmitter:
     ) -> None:
         self._settings = settings
         self._sessions = sessions
+        self._transport: Transport | None = None  # made by start()
         self._queued: deque[_Change] = deque()
         self._arrived = anyio.Event()
         self._idle = anyio.Event()
@@ -107,16 +116,26 @@ class LineageEmitter:
             waiting.start_soon(first, self._idle)
             waiting.start_soon(first, self._failing)
 
-    async def run(self) -> None:
-        """Send what is queued until cancelled."""
+    async def start(self) -> None:
+        """Make the transport (nothing unless enabled); a setting it refuses raises
+        :class:`ConfigError` naming it. Awaited before :meth:`run`, outside the daemon's task
+        group, so a bad setting stops the start instead of the running daemon."""
         if not self._settings.enabled:
             return
-        transport = await anyio.to_thread.run_sync(make_transport, self._settings)
+        self._transport = await anyio.to_thread.run_sync(make_transport, self._settings)
         log.info(
             "openlineage_enabled",
             transport=self._settings.transport,
             namespace=self._settings.namespace,
         )
+
+    async def run(self) -> None:
+        """Send what is queued until cancelled (once :meth:`start` made the transport)."""
+        if not self._settings.enabled:
+            return
+        transport = self._transport
+        if transport is None:
+            raise RuntimeError("LineageEmitter.run() needs LineageEmitter.start() first")
         try:
             while True:
                 self._arrived = anyio.Event()
@@ -172,8 +191,12 @@ class LineageEmitter:
             await anyio.to_thread.run_sync(
                 transport.emit, event, limiter=self._sending, abandon_on_cancel=True
             )
-        # The transports raise what their libraries raise (requests, confluent-kafka, OSError,
-        # RuntimeError): a lineage backend that fails must not stop the daemon, only its event.
+        # A fault boundary around a third-party transport, like the supervisor's around a
+        # watcher: the transports raise what their libraries raise (requests' errors, ValueError
+        # and RuntimeError from the HTTP client, RuntimeError wrapping any error of the file or
+        # fsspec, confluent-kafka's KafkaException and BufferError, an auth token provider's
+        # own), a set no tuple here can keep up with. A lineage backend that fails must not stop
+        # the daemon, only its event.
         except Exception as error:  # noqa: BLE001
             metrics.OPENLINEAGE_EVENTS.labels("failed").inc()
             self._failing.set()
@@ -225,7 +248,8 @@ class LineageEmitter:
 
 
 def make_transport(settings: OpenLineageSettings) -> Transport:
-    """The OpenLineage client's transport that ``settings`` describe (imports the client)."""
+    """The OpenLineage client's transport that ``settings`` describe (imports the client); a
+    setting the transport refuses raises :class:`ConfigError` naming the key and its value."""
     transport: Any
     if settings.transport == "http":
         from openlineage.client.transport.http import HttpConfig, HttpTransport
@@ -237,15 +261,29 @@ def make_transport(settings: OpenLineageSettings) -> Transport:
         }
         if settings.api_key:
             params["auth"] = {"type": "api_key", "apiKey": settings.api_key}
-        transport = HttpTransport(HttpConfig.from_dict(params))
+        try:
+            transport = HttpTransport(HttpConfig.from_dict(params))
+        except ValueError as error:  # urllib3 refuses what urlsplit let through (port 99999)
+            raise ConfigError(f"[openlineage] url {settings.url!r}: {error}") from None
     elif settings.transport == "file":
         from openlineage.client.transport.file import FileConfig, FileTransport
 
         if settings.path is None:
             raise ValueError("[openlineage] transport 'file' needs a path")  # settings check it
-        settings.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            settings.path.parent.mkdir(parents=True, exist_ok=True)
+            # Opened once now: the transport opens it at each send, where a file that cannot be
+            # appended to would fail every event.
+            with settings.path.open("a"):
+                pass
+        except OSError as error:
+            raise ConfigError(
+                f"[openlineage] path {str(settings.path)!r}: events cannot be appended to it: "
+                f"{error}"
+            ) from None
         transport = FileTransport(FileConfig(log_file_path=str(settings.path), append=True))
     elif settings.transport == "kafka":
+        from confluent_kafka import KafkaError, KafkaException
         from openlineage.client.transport.kafka import KafkaConfig, KafkaTransport
 
         config = {
@@ -255,7 +293,15 @@ def make_transport(settings: OpenLineageSettings) -> Transport:
             "message.timeout.ms": str(int(settings.timeout_s * 1000)),
             **settings.kafka_config,
         }
-        transport = KafkaTransport(KafkaConfig(config=config, topic=settings.topic, flush=True))
+        try:
+            transport = KafkaTransport(KafkaConfig(config=config, topic=settings.topic, flush=True))
+        except KafkaException as error:  # the producer is made here, with its settings
+            kafka_error = error.args[0] if error.args else None
+            reason = kafka_error.str() if isinstance(kafka_error, KafkaError) else error
+            raise ConfigError(
+                f"[openlineage] kafka_config {_shown(settings.kafka_config)}: the Kafka producer "
+                f"refuses it: {reason}"
+            ) from None
     else:
         from openlineage.client.transport.console import ConsoleConfig, ConsoleTransport
 
@@ -263,3 +309,11 @@ def make_transport(settings: OpenLineageSettings) -> Transport:
     import triggerer.service.openlineage  # noqa: F401 - the events' model, imported here too
 
     return transport  # type: ignore[no-any-return]
+
+
+def _shown(config: dict[str, str]) -> dict[str, str]:
+    """``config`` with the values of its secrets (passwords, keys) hidden."""
+    return {
+        key: "***" if _SECRET_SETTING.search(key.lower()) else value
+        for key, value in config.items()
+    }

@@ -308,6 +308,7 @@ async def serve(
     engine = create_engine(settings.database.url)
     service = Service(settings, session_factory(engine))
     try:
+        await service.lineage.start()  # a transport setting it refuses stops the start here
         await until_stored(service.recover, during="recover")
         # Bound before anything runs: a port in use stops the start with one clear error.
         server = api(service) if api is not None and settings.api.enabled else None
@@ -383,9 +384,10 @@ async def _run(
                 await service.launcher.wait_idle()
             service.launcher.interrupt()
             await service.launcher.wait_idle()
+            # One deadline for both: a grace period each would overrun the stop timeout that
+            # systemd and containers give (grace + 15 s).
             with anyio.move_on_after(settings.daemon.shutdown_grace_s):
                 await service.notifier.drained()
-            with anyio.move_on_after(settings.daemon.shutdown_grace_s):
                 await service.lineage.drained()
             task_group.cancel_scope.cancel()
 
