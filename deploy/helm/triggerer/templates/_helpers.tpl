@@ -72,6 +72,19 @@ app.kubernetes.io/component: daemon
 {{ ternary .Values.api.existingSecretKeys.token "api-token" (ne .Values.api.existingSecret "") }}
 {{- end }}
 
+{{/*
+The API token the chart generates when given none and `lookup` finds none in the cluster (a
+first install; every `helm template`, --dry-run or Argo CD render). Generated once per render
+and kept in .Values, which every template of the render shares: the Secret and the pods'
+checksum of it (deployment.yaml renders secret.yaml again) see the same token.
+*/}}
+{{- define "triggerer.generatedApiToken" -}}
+{{- if not (hasKey .Values "_generatedApiToken") }}
+{{- $_ := set .Values "_generatedApiToken" (randAlphaNum 40) }}
+{{- end }}
+{{- get .Values "_generatedApiToken" }}
+{{- end }}
+
 {{/* Whether the chart makes a Secret at all. */}}
 {{- define "triggerer.createsSecret" -}}
 {{- if or (not .Values.api.existingSecret) (and (eq .Values.database.type "postgresql") (not .Values.database.existingSecret)) }}true{{ end }}
@@ -123,8 +136,40 @@ Every template that depends on them includes this.
 {{- if and .Values.sparkConnect.enabled (ne .Values.spark.mode "connect") }}
 {{- fail (printf "sparkConnect.enabled starts a Spark Connect server for spark.mode connect, but spark.mode is %s" .Values.spark.mode) }}
 {{- end }}
+{{- include "triggerer.validateNoSecretsInConfig" . }}
 {{- if and (include "triggerer.isKubernetesSubmit" .) (not .Values.spark.kubernetes.executorImage) (not (hasKey .Values.spark.conf "spark.kubernetes.container.image")) }}
 {{- fail "spark.mode submit on k8s:// needs spark.kubernetes.executorImage: an image with Spark of the triggerer image's PySpark version and Python 3.11, whose entrypoint starts an executor, e.g. apache/spark:<version>-python3" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Credentials under config would be written in clear into the ConfigMap, which anyone who may
+read ConfigMaps reads: refused, with the variable that passes them from a Secret (secretEnv).
+*/}}
+{{- define "triggerer.validateNoSecretsInConfig" -}}
+{{- $hint := "would be written in clear into the ConfigMap: put it in a Secret and give it to the daemon as the environment variable %s, through secretEnv ({name: %s, secretName: <your Secret>, key: <its key>})" }}
+{{- $openlineage := dig "openlineage" (dict) .Values.config }}
+{{- if get $openlineage "api_key" }}
+{{- fail (printf "config.openlineage.api_key %s" (printf $hint "TRIGGERER_OPENLINEAGE__API_KEY" "TRIGGERER_OPENLINEAGE__API_KEY")) }}
+{{- end }}
+{{- $kafka := get $openlineage "kafka_config" | default (dict) }}
+{{- range $key := keys $kafka | sortAlpha }}
+{{- if regexMatch "(?i)password|secret|^ssl\\.key\\.pem$|^sasl\\.oauthbearer\\.config$" $key }}
+{{- $env := printf "TRIGGERER_OPENLINEAGE__KAFKA_CONFIG__%s" $key }}
+{{- fail (printf "config.openlineage.kafka_config.%s %s" $key (printf $hint $env $env)) }}
+{{- end }}
+{{- end }}
+{{- $connections := dig "connections" (dict) .Values.config }}
+{{- range $name := keys $connections | sortAlpha }}
+{{- $connection := get $connections $name }}
+{{- if kindIs "map" $connection }}
+{{- range $key := keys $connection | sortAlpha }}
+{{- if regexMatch "(?i)password|secret|token" $key }}
+{{- $env := printf "TRIGGERER_CONNECTIONS__%s__%s" (upper $name) (upper $key) }}
+{{- fail (printf "config.connections.%s.%s %s" $name $key (printf $hint $env $env)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -211,6 +256,13 @@ the chart decides itself set over it. Each section's plain keys, then its tables
     secretKeyRef:
       name: {{ include "triggerer.apiSecretName" . }}
       key: {{ include "triggerer.apiTokensKey" . }}
+{{- range .Values.secretEnv }}
+- name: {{ .name | quote }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName | quote }}
+      key: {{ .key | quote }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
