@@ -28,15 +28,14 @@ PIPELINES_DIR = "/opt/triggerer/pipelines"
 CONFIG_FILE = "/etc/triggerer/triggerer.toml"
 API_PORT = 8080
 """Where the image's API listens."""
-SHUTDOWN_GRACE_S = 8.0
-"""The image's ``[daemon] shutdown_grace_s``."""
 START_TIMEOUT_S = 120.0
 """From ``podman run`` to a healthy daemon on a busy two-core machine."""
 COMMAND_TIMEOUT_S = 120.0
 """Any podman command but a build."""
 
 RecordProperty = Callable[[str, object], None]
-"""pytest's ``record_property`` fixture: a figure of the test for its report (--junitxml)."""
+"""pytest's ``record_property`` fixture: a figure of the test, printed at the end of the
+session (``conftest.pytest_terminal_summary``)."""
 
 # runc: crun fails on this machine's hybrid cgroups. Its ulimits: the VM cannot raise the
 # rlimits podman sets by default.
