@@ -240,7 +240,9 @@ async def _run(settings: Settings, _: argparse.Namespace) -> int:
     import structlog
 
     from triggerer.service.daemon.service import Server, Service, serve
+    from triggerer.service.processes import hide_environment
 
+    hide_environment()  # its credentials stay out of reach of the runs it starts
     api: Callable[[Service], Server] | None = None
     if settings.api.enabled:  # the web stack is imported only when the API is served
         from triggerer.service.api.server import api_server as api

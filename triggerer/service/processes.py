@@ -3,6 +3,7 @@ Spark Connect server."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import signal
@@ -12,13 +13,16 @@ from typing import Protocol
 
 import anyio
 
+PR_SET_DUMPABLE = 4
+"""prctl(2)'s option for whether a process is dumpable (linux/prctl.h)."""
 KILL_GRACE_S = 5.0
 """How long a process group has after SIGTERM before SIGKILL."""
 LOOPBACK = "127.0.0.1"
 """Where a local Spark listens: its driver, block manager and web UI (and the Connect server)."""
-SECRET_SETTINGS = ("TRIGGERER_DATABASE__", "TRIGGERER_API__TOKENS", "TRIGGERER_CONNECTIONS__")
-"""The daemon's settings that hold credentials (the database URL, the API's tokens, connection
-options): no run or Spark process is handed these environment variables."""
+SETTINGS_PREFIX = "TRIGGERER_"
+"""The daemon's settings in the environment (the database URL, the API's tokens, connection and
+OpenLineage credentials, in any of pydantic-settings' spellings): no run or Spark process is
+handed one; a run needs none of them."""
 
 
 def spark_env(master: str | None = None) -> dict[str, str]:
@@ -33,7 +37,7 @@ def spark_env(master: str | None = None) -> dict[str, str]:
     precedence over these (spark-submit reads them).
     """
     # pydantic-settings reads the variables' names in any case.
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(SECRET_SETTINGS)}
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(SETTINGS_PREFIX)}
     defaults = {
         "SPARK_HOME": spark_home(),
         "PYSPARK_PYTHON": sys.executable,
@@ -95,3 +99,13 @@ async def terminate(process: Process) -> None:
         return
     os.killpg(process.pid, signal.SIGKILL)
     await process.wait()
+
+
+def hide_environment() -> None:
+    """Make this process's ``/proc`` files (its environment, its memory) readable by root alone,
+    not by the runs it starts as the same user (Linux; elsewhere nothing changes).
+
+    A process that is not dumpable also leaves no core dump and takes no ptrace from its user.
+    """
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)

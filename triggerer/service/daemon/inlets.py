@@ -66,23 +66,37 @@ async def _answer(
 ) -> None:
     async with stream:
         try:
-            line = await BufferedByteReceiveStream(stream).receive_until(b"\n", MAX_REQUEST_BYTES)
-            asset = msgspec.json.decode(line, type=SpecAsset)
-        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound):
-            return  # not a run of ours asking: nothing to answer
-        except msgspec.DecodeError as error:
-            await stream.send(_encoded(InletAnswer(error=f"not an inlet request: {error}")))
-            return
-        if asset not in inlets:
-            refusal = f"{asset.name!r} ({asset.uri}) is not an inlet of this run's pipeline"
-            await stream.send(_encoded(InletAnswer(error=refusal)))
-            return
-        try:
-            answer = InletAnswer(events=await _events(sessions, asset))
-        except STORE_ERRORS as error:
-            log.warning("inlet_events_failed", asset=asset.name, error=str(error).splitlines()[0])
-            answer = InletAnswer(error=f"the metadata database did not answer: {error}")
-        await stream.send(_encoded(answer))
+            answer = await _answer_to(sessions, inlets, BufferedByteReceiveStream(stream))
+            if answer is not None:
+                # A large answer is encoded off the event loop: ingest goes on meanwhile.
+                await stream.send(await anyio.to_thread.run_sync(msgspec.json.encode, answer))
+        # The run went away before its answer (timed out, cancelled, or it closed the socket):
+        # there is no one left to answer.
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
+            log.info("inlet_request_dropped", error=repr(error))
+
+
+async def _answer_to(
+    sessions: async_sessionmaker[AsyncSession],
+    inlets: set[SpecAsset],
+    request: BufferedByteReceiveStream,
+) -> InletAnswer | None:
+    """The answer to the request on ``request``; ``None`` when it is no request at all."""
+    try:
+        asset = msgspec.json.decode(
+            await request.receive_until(b"\n", MAX_REQUEST_BYTES), type=SpecAsset
+        )
+    except (anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound):
+        return None  # not a run of ours asking: nothing to answer
+    except msgspec.DecodeError as error:
+        return InletAnswer(error=f"not an inlet request: {error}")
+    if asset not in inlets:
+        return InletAnswer(error=f"{asset.name!r} ({asset.uri}) is not an inlet of this pipeline")
+    try:
+        return InletAnswer(events=await _events(sessions, asset))
+    except STORE_ERRORS as error:
+        log.warning("inlet_events_failed", asset=asset.name, error=str(error).splitlines()[0])
+        return InletAnswer(error=f"the metadata database did not answer: {error}")
 
 
 async def _events(sessions: async_sessionmaker[AsyncSession], asset: SpecAsset) -> list[SpecEvent]:
@@ -107,7 +121,3 @@ async def _events(sessions: async_sessionmaker[AsyncSession], asset: SpecAsset) 
             )
             for event, source_run_id in rows.all()
         ]
-
-
-def _encoded(answer: InletAnswer) -> bytes:
-    return msgspec.json.encode(answer)

@@ -46,7 +46,7 @@ from triggerer.service.run_spec import RunSpec, SparkSpec, SpecAsset, SpecEvent
 from triggerer.service.store import models
 from triggerer.service.store.engine import async_url
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
-from triggerer.service.store.models import EventSource, RunState
+from triggerer.service.store.models import FINISHED_RUN_STATES, EventSource, RunState
 from triggerer.service.store.types import storable_text, utcnow
 
 if TYPE_CHECKING:
@@ -254,6 +254,8 @@ class Launcher:
                 finished = await until_stored(
                     lambda: self._finish(run_pk, ended, log_path), during="run end"
                 )
+            if finished is None:
+                return
             log.info("run_finished", run_pk=run_pk, state=finished.state, error=ended.error)
             metrics.run_finished(
                 finished.pipeline_id, finished.state, finished.started, finished.ended
@@ -389,8 +391,9 @@ class Launcher:
             spark=SparkSpec(mode=mode, master=spark.master, remote=remote, conf=spark.conf),
         )
 
-    async def _finish(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished:
-        """Record how a try ended (its new state, the pipelines to evaluate again, its outlets).
+    async def _finish(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished | None:
+        """Record how a try ended (its new state, the pipelines to evaluate again, its outlets);
+        ``None`` when the run is no longer this instance's to record.
 
         A result that cannot be recorded (outlets the store rejects) fails the run with the
         reason instead of failing the daemon.
@@ -404,15 +407,15 @@ class Launcher:
             log.error("run_outlets_unrecordable", run_pk=run_pk, error=str(error))
             return await self._record(run_pk, failed, log_path)
 
-    async def _record(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished:
+    async def _record(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished | None:
         outlets = None
         async with self._sessions.begin() as session:
             run = await session.get_one(models.Run, run_pk, with_for_update=True)
-            if run.owner != self._instance_id:
-                # Another instance took this one for dead (it was silent past dead_after_s) and
-                # queued the run again: the try that runs now is the one whose end counts.
+            if run.owner != self._instance_id or run.state in FINISHED_RUN_STATES:
+                # Another instance took this one for dead (it was silent past dead_after_s):
+                # it queued the run again, or ended it as cancelled. Its record counts.
                 log.warning("run_taken_over", owner=run.owner, state=run.state)
-                return Finished(run.pipeline_id, run.state, run.start_date, utcnow(), None)
+                return None
             run.log_path = str(log_path) if log_path else run.log_path
             run.end_date = end_date = utcnow()
             if run.state == RunState.CANCELLING:  # however the try ended: no outlets, no retry

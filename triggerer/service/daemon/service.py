@@ -204,7 +204,7 @@ class Service:
             await session.execute(
                 update(models.Run)
                 .where(models.Run.state == RunState.CANCELLING, models.Run.owner.not_in(alive))
-                .values(state=RunState.CANCELLED, end_date=utcnow())
+                .values(state=RunState.CANCELLED, end_date=utcnow(), owner=None)
             )
         if recovered.rowcount:  # type: ignore[attr-defined]  # CursorResult
             log.warning("runs_recovered", count=recovered.rowcount)  # type: ignore[attr-defined]
