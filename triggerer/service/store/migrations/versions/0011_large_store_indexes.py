@@ -1,7 +1,7 @@
 """Indexes that keep the API's lists fast on a store holding millions of events and runs.
 
-Found with ``bench_large_store`` (10 million events, a million runs) and each database's plan
-of the statements the API issues:
+Found with ``bench_large_store`` (a store of 2 million events and 200,000 runs) and each
+database's plan of the statements the API issues:
 
 - ``ix_run_pipeline_id_id`` serves a pipeline's runs newest first (``GET
   /pipelines/{id}/runs``, ``/runs?pipeline_id=``, the last run of ``/pipelines/{id}/explain``):
