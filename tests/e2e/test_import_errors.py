@@ -252,7 +252,7 @@ async def test_ui_shows_broken_files_in_a_banner_and_runs_with_id_state_start_du
                 assert re.fullmatch(r"\d+\.\ds", cells[3]), cells
                 assert await row.locator("td").nth(2).locator("span").get_attribute("title")
             assert [
-                (await page.locator(f'tr[data-run-id="{run_id}"] td').nth(1).inner_text())
+                await page.locator(f'tr[data-run-id="{run_id}"] td span.state').inner_text()
                 for run_id in run_ids
             ] == ["success", "failed"]
             # A run's id opens its log.

@@ -71,7 +71,6 @@ class Forks:
             partition_key=None,
             params={},
             triggering_events=[],
-            database_url="sqlite:///unused.db",
             spark=SparkSpec(mode="connect", master="local[*]", remote="sc://127.0.0.1:1", conf={}),
         )
         (run / "spec.json").write_bytes(msgspec.json.encode(spec))

@@ -153,9 +153,12 @@ async def test_queue_migration_keeps_queued_rows_both_ways(database_url: str) ->
             )
             event = AssetEvent(asset_id=asset.id, source="manual")
             await _add(session, event)
-            await _add(
-                session, QueuedEvent(pipeline_id="report", asset_id=asset.id, event_id=event.id)
+            await session.execute(
+                insert(QueuedEvent).values(
+                    pipeline_id="report", asset_id=asset.id, event_id=event.id
+                )
             )
+            await session.commit()
 
         await upgrade(database_url)
         async with engine.connect() as conn:

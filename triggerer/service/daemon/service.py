@@ -295,7 +295,38 @@ async def serve(
     migrated, the pipelines are loaded and every part is running, the REST API too. A store that is
     down at start is waited for; one that goes away later stops nothing: every loop that uses
     it retries until it is back.
+
+    A signal is heeded from the first moment: during the start it ends the start (nothing was
+    acknowledged yet), after it the drain.
     """
+    if shutdown_trigger is not None:
+        await _serve(settings, api, shutdown_trigger, task_status)
+        return
+    started, stop = anyio.Event(), anyio.Event()
+
+    async def until_signalled() -> None:
+        started.set()
+        await stop.wait()
+
+    try:
+        async with anyio.create_task_group() as serving:
+            serving.start_soon(_heed_signals, started, stop, serving.cancel_scope)
+            await _serve(settings, api, until_signalled, task_status)
+            serving.cancel_scope.cancel()
+    # What the start or the drain raised, as they raised it (a ConfigError is one line to the
+    # CLI), not wrapped by this task group.
+    except ExceptionGroup as errors:
+        if len(errors.exceptions) == 1:
+            raise errors.exceptions[0] from None
+        raise
+
+
+async def _serve(
+    settings: Settings,
+    api: Callable[[Service], Server] | None,
+    shutdown_trigger: Callable[[], Awaitable[object]],
+    task_status: anyio.abc.TaskStatus[None],
+) -> None:
     try:
         await until_stored(lambda: upgrade(settings.database.url), during="upgrade")
     # The first connection: a URL that passes the settings' check but that the driver refuses
@@ -330,7 +361,7 @@ async def _run(
     service: Service,
     api: Server | None,
     engine: AsyncEngine,
-    shutdown_trigger: Callable[[], Awaitable[object]] | None,
+    shutdown_trigger: Callable[[], Awaitable[object]],
     task_status: anyio.abc.TaskStatus[None],
 ) -> None:
     """Every part of the daemon in one task group until the shutdown trigger; then the drain:
@@ -370,7 +401,7 @@ async def _run(
                     partial(keep_running, service.retention.run, during="retention")
                 )
                 task_status.started()
-                await (shutdown_trigger or _signalled)()
+                await shutdown_trigger()
                 log.info("shutdown_started")
                 if api is not None:
                     api.stop()
@@ -405,14 +436,21 @@ async def _until_done(work: Awaitable[None], done: anyio.Event) -> None:
         done.set()
 
 
-async def _signalled() -> None:
+async def _heed_signals(
+    started: anyio.Event, stop: anyio.Event, starting: anyio.CancelScope
+) -> None:
+    """On SIGTERM or SIGINT: the drain once the daemon has started (``stop``), else the start
+    is cancelled; a second signal means now, no more draining."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for received in signals:
             log.info("signal_received", signal=received.name)
             break
-    # A second signal means now: no more draining.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(1))
     signal.signal(signal.SIGINT, lambda *_: os._exit(1))
+    if started.is_set():
+        stop.set()
+    else:
+        starting.cancel()
 
 
 async def _every(interval_s: float, action: Callable[[], Awaitable[None]]) -> None:
