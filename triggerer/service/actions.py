@@ -187,17 +187,18 @@ async def cancel_run(session: AsyncSession, run_id: str) -> RunState:
     run = await queries.run_model(session, run_id)
     # Each change is conditional on the state it changes, so a launcher claiming the run or
     # recording its end at the same moment is never overwritten: one of the two comes first.
+    # A launcher may move the run between the two (its try ended, to be retried): look again,
+    # until the run is cancelled or has finished.
     waiting = (RunState.QUEUED, RunState.UP_FOR_RETRY)
-    cancelled = await _change_state(session, run.id, waiting, RunState.CANCELLED)
-    cancelling = not cancelled and await _change_state(
-        session, run.id, (RunState.RUNNING, RunState.CANCELLING), RunState.CANCELLING
-    )
-    await session.refresh(run)  # the row as changed, or as another process left it
-    if cancelled:
-        return RunState.CANCELLED
-    if cancelling:  # (again, for one already cancelling: the daemon is told once more)
-        await notify_cancel(session)
-        return RunState.CANCELLING
+    while run.state not in FINISHED_RUN_STATES:
+        if await _change_state(session, run.id, waiting, RunState.CANCELLED):
+            return RunState.CANCELLED
+        if await _change_state(
+            session, run.id, (RunState.RUNNING, RunState.CANCELLING), RunState.CANCELLING
+        ):  # (again, for one already cancelling: the daemon is told once more)
+            await notify_cancel(session)
+            return RunState.CANCELLING
+        await session.refresh(run)  # as another process left it
     raise Conflict(
         f"run {run_id!r} is {run.state}: only a queued, running or up_for_retry run can be "
         "cancelled"
