@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -51,3 +51,7 @@ class Provider:
     shared: Callable[[str], SharedReaders] | None = None
     """``shared(deployment)``: the readers its triggers share in one daemon, ``deployment``
     naming the metadata database the daemon's instances share (for consumer group names)."""
+    send: Callable[..., Awaitable[list[str]]] | None = None
+    """``await send(uri, bodies, connection=None)``: post each text of ``bodies`` as one message
+    to the queue at ``uri`` (read with the named connection's credentials); the ids of the
+    messages sent, in order. ``triggerer post NAME URI MESSAGE...`` calls it."""

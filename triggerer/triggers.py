@@ -33,6 +33,12 @@ class TriggerEvent:
     to partitioned pipelines. ``sent_at`` is when the source took the message in (epoch
     seconds, as the broker stamped it), if it says: the daemon measures from it how long a
     message takes to become an event (``triggerer_message_to_committed_seconds``).
+
+    ``dead_letter``, the reason, makes the message a dead letter instead of an event: the daemon
+    keeps it in the dead-letter table (``triggerer events dead-letters``), under its dedup key,
+    then acks it. A trigger yields one for a message it gives up on (delivered too many times,
+    its processing failing each time) where the broker has no dead-letter queue of its own.
+
     """
 
     payload: Any
@@ -40,6 +46,7 @@ class TriggerEvent:
     ack: Ack | None = dataclasses.field(default=None, kw_only=True, repr=False, compare=False)
     partition_key: str | None = dataclasses.field(default=None, kw_only=True)
     sent_at: float | None = dataclasses.field(default=None, kw_only=True)
+    dead_letter: str | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         check_json(self.payload, "TriggerEvent payload")
@@ -53,6 +60,7 @@ class TriggerEvent:
         ack: Ack | None = None,
         partition_key: str | None = None,
         sent_at: float | None = None,
+        dead_letter: str | None = None,
     ) -> TriggerEvent:
         """An event whose payload holds only values decoded from JSON text, so is not checked.
 
@@ -66,6 +74,7 @@ class TriggerEvent:
         set_field(event, "ack", ack)
         set_field(event, "partition_key", partition_key)
         set_field(event, "sent_at", sent_at)
+        set_field(event, "dead_letter", dead_letter)
         return event
 
 
@@ -183,6 +192,24 @@ class BaseEventTrigger(abc.ABC):
     def __repr__(self) -> str:
         classpath, kwargs = self.serialize()
         return f"<{classpath} {json.dumps(kwargs, sort_keys=True)}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnusableTrigger(BaseEventTrigger):
+    """A trigger that could not be made, standing in for it: ``error`` says why (a queue URI
+    or an option no provider accepts).
+
+    ``MessageQueueTrigger`` returns one instead of raising, so that a bad URI is the error of
+    its watcher alone: the daemon shows ``error`` as that watcher's (``triggerer watchers
+    list``) and runs the rest of its file. Run on its own, it raises the error.
+    """
+
+    source: str
+    error: str
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        raise ValueError(self.error)
+        yield  # an async generator, like every trigger's run
 
 
 def load_trigger(classpath: str, kwargs: dict[str, Any]) -> BaseEventTrigger:

@@ -1,9 +1,12 @@
 """The registry of queue providers: a URI scheme to the provider that reads it.
 
 Built-in providers are named by ``"module:attribute"`` strings and imported on first use, so a
-Kafka URI does not import the AWS client; others come from the entry-point group
-``triggerer.queue_providers`` (name: the scheme; value: a :class:`triggerer.providers.Provider`,
-or a plain callable ``(uri, **options) -> BaseEventTrigger``).
+Kafka URI does not import the AWS client. The daemon imports them all at start, for their
+:class:`~triggerer.providers.SharedReaders`: a provider whose client is an optional extra
+imports it only once a trigger or a sender needs it (:func:`watchers.clients.require`).
+Others come from the entry-point group ``triggerer.queue_providers`` (name: the scheme; value:
+a :class:`triggerer.providers.Provider`, or a plain callable ``(uri, **options) ->
+BaseEventTrigger``).
 """
 
 from __future__ import annotations

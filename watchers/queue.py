@@ -5,7 +5,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
-from triggerer.triggers import BaseEventTrigger
+from triggerer.triggers import BaseEventTrigger, UnusableTrigger
 from watchers import providers
 
 
@@ -15,9 +15,21 @@ def MessageQueueTrigger(queue: str, **options: Any) -> BaseEventTrigger:
     The URI's scheme picks the provider (:mod:`watchers.providers`):
     ``kafka://host:port[,host:port]/topic[,topic]`` gives a ``KafkaTrigger``;
     ``sqs://name?region=..&endpoint_url=..`` or ``https://sqs.<region>.amazonaws.com/<acct>/<name>``
-    an ``SqsTrigger``; other schemes come from the ``triggerer.queue_providers`` entry points.
+    an ``SqsTrigger``; ``kinesis://``, ``nats://``, ``redis+stream://``, ``redis+pubsub://``,
+    ``amqp://``, ``pubsub://`` and ``mqtt://`` the other built-in providers' (docs/architecture.md
+    gives each form); other schemes come from the ``triggerer.queue_providers`` entry points.
     The result is the concrete trigger, so its ``serialize()`` names the concrete class.
+
+    A URI or an option the provider refuses gives an :class:`UnusableTrigger` holding the
+    error, which names the value: the daemon fails that watcher alone with it.
     """
+    try:
+        return _trigger(queue, options)
+    except (ValueError, TypeError) as error:
+        return UnusableTrigger(source=queue, error=str(error))
+
+
+def _trigger(queue: str, options: dict[str, Any]) -> BaseEventTrigger:
     scheme = urllib.parse.urlsplit(queue).scheme.lower()
     provider = providers.for_scheme(scheme)
     if provider is None:

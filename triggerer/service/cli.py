@@ -195,6 +195,12 @@ def _parser() -> argparse.ArgumentParser:
     sqs.add_argument("messages", nargs="+", help="JSON values or text")
     sqs.add_argument("--endpoint-url")
     sqs.add_argument("--region", default="us-east-1")
+    for name, where in POST_TARGETS.items():
+        target = verb(targets, name, _post_to_provider, f"send to {where}")
+        target.set_defaults(provider=name)
+        target.add_argument("uri", help="the queue's URI, as MessageQueueTrigger takes it")
+        target.add_argument("messages", nargs="+", help="message bodies: JSON or text, as given")
+        target.add_argument("--connection", help="the [connections.NAME] holding credentials")
 
     verb(verbs, "explain", _explain, "why a pipeline has or has not run", reads=True).add_argument(
         "pipeline_id"
@@ -203,6 +209,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 MAX_LIMIT = 2**63 - 1
+
+POST_TARGETS = {
+    "nats": "a NATS JetStream subject",
+    "redis-streams": "a Redis stream",
+    "redis-pubsub": "a Redis pub/sub channel",
+    "rabbitmq": "a RabbitMQ queue",
+    "pubsub": "the topic of a Google Pub/Sub subscription",
+    "kinesis": "an Amazon Kinesis stream",
+    "mqtt": "an MQTT topic",
+}
+"""``triggerer post NAME``: the providers (by name) whose ``send`` it calls, and what to."""
 """The largest ``LIMIT`` SQLite and PostgreSQL take (a signed 64-bit integer)."""
 
 
@@ -733,6 +750,30 @@ async def _post_sqs(_: Settings, arguments: argparse.Namespace) -> int:
     except SendError as error:
         raise CliError(str(error)) from None
     _say(f"sent {len(sent)} message(s) to {arguments.queue}")
+    return 0
+
+
+async def _post_to_provider(_: Settings, arguments: argparse.Namespace) -> int:
+    from watchers import providers
+
+    scheme = arguments.uri.partition(":")[0].lower()
+    try:
+        provider = providers.for_scheme(scheme)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    if provider is None or provider.name != arguments.provider or provider.send is None:
+        raise CliError(
+            f"{arguments.uri!r} is not a {arguments.provider} URI: see docs/architecture.md "
+            "for each provider's URI form"
+        )
+    _quiet_client_logs()
+    try:
+        sent = await provider.send(
+            arguments.uri, arguments.messages, connection=arguments.connection
+        )
+    except (LookupError, ValueError, ConnectionError) as error:
+        raise CliError(str(error)) from None
+    _say(f"sent {len(sent)} message(s) to {arguments.uri}")
     return 0
 
 

@@ -48,7 +48,8 @@ class Ingest:
     trigger's ``same_message``, is logged: its source reused a key). An event the store cannot
     hold (a key too long, a NUL character, a value the database refuses) is not retried: it is
     found before writing or, when the database refuses a batch, by splitting the batch, and is
-    kept in the dead-letter table with the reason; its message is acked with the others.
+    kept in the dead-letter table with the reason; its message is acked with the others. So is
+    an event its trigger gave up on (``TriggerEvent.dead_letter``).
     """
 
     def __init__(
@@ -107,7 +108,7 @@ class Ingest:
                     partition_key=event.partition_key,
                     source_trigger_id=watched.trigger_id,
                 )
-                reason = unstorable(new_event)
+                reason = event.dead_letter or unstorable(new_event)
                 if reason is None:
                     storable.append(new_event)
                 else:

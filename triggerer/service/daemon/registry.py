@@ -21,7 +21,7 @@ from triggerer.schedules import PartitionedAssetTimetable, next_tick
 from triggerer.service.store import models
 from triggerer.service.store.models import RefRole, TriggerState, import_error_key, trigger_key
 from triggerer.service.store.types import storable_text, utcnow
-from triggerer.triggers import check_json, load_trigger
+from triggerer.triggers import UnusableTrigger, check_json, load_trigger
 
 if TYPE_CHECKING:
     from triggerer.pipelines import Pipeline
@@ -236,6 +236,8 @@ def _runnable(
     """The trigger of ``watcher`` as the daemon runs it: one instance per equal trigger, bound
     to its first watcher (``as_run`` keeps them), whose ``serialize()`` is strict JSON that
     rebuilds an equal trigger."""
+    if isinstance(watcher.trigger, UnusableTrigger):
+        raise TriggerUnusable(watcher.trigger.error)
     try:
         shared = trigger_key(*watcher.trigger.serialize())
         if shared not in as_run:

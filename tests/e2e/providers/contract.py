@@ -1,0 +1,279 @@
+"""What every queue provider must do through a real ``triggerer run --config`` process, on its
+real broker: the contract of issue 24, written once.
+
+A provider's test module subclasses :class:`ProviderContract` and gives two fixtures:
+
+- ``broker``: a :class:`Broker` on the machine's shared instance;
+- ``private_broker``: a :class:`PrivateBroker` of the test's own, on a free port, which
+  :meth:`PrivateBroker.restart` stops and starts again on the same port (keeping its data
+  where the broker can).
+
+Each test makes its own :class:`Source` (a new stream, queue, subscription or topic) and
+watches it with ``MessageQueueTrigger(queue=source.uri, **source.options)``. Message bodies are
+JSON objects; every provider's payload holds the decoded body in ``"body"``.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tests.e2e.daemon import (
+    DaemonProcess,
+    event_count,
+    events_of,
+    triggerer_cli,
+    wait_for,
+    write_pipelines,
+)
+from triggerer.service.store import models
+
+MESSAGES = 1_000
+KILL_AFTER = 300
+"""Events committed when the daemon is killed: well inside the flow of ``MESSAGES``."""
+POISON_AT = 20
+"""The place of the poison message among ``2 * POISON_AT + 1``."""
+
+POISON_FILTER = '''
+def refuse_poison(payload):
+    """Raises on the poison message, every time it is delivered."""
+    if payload["body"].get("poison"):
+        raise ValueError("poison message refused")
+    return payload
+'''
+"""A module in the pipelines folder (which the daemon imports from): the poison test's
+``apply_function``."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One test's queue on a real broker."""
+
+    uri: str
+    """What ``MessageQueueTrigger(queue=...)`` is given."""
+    send: Callable[[Sequence[str]], Awaitable[None]]
+    """Posts message bodies (text), in order."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The trigger's other options (a connection's name, a delivery limit, ...)."""
+    connections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``[connections.NAME]`` sections the config file must hold."""
+
+
+class Broker(abc.ABC):
+    """One provider's running broker, as the contract tests use it."""
+
+    @abc.abstractmethod
+    async def source(self) -> Source:
+        """A new queue (stream, subscription, topic) of this test's own, ready to send to."""
+
+    def bad_uris(self) -> list[tuple[str, str]]:
+        """URIs a watcher may be given that are not this provider's form, each with a text its
+        watcher's error must hold (the value it names)."""
+        return []
+
+
+class PrivateBroker(Broker):
+    """A broker of one test's own, which it may restart."""
+
+    @abc.abstractmethod
+    async def restart(self) -> None:
+        """Stop the broker, then start it again on the same port."""
+
+
+def watching(source: Source, **options: Any) -> str:
+    """A pipelines source whose asset ``stream`` has an event for each message of ``source``."""
+    trigger_options = {**source.options, **options}
+    return f"""
+from triggerer import Asset, AssetWatcher
+from watchers import MessageQueueTrigger
+
+stream = Asset("stream", watchers=[AssetWatcher(
+    "stream_queue", MessageQueueTrigger(queue={source.uri!r}, **{trigger_options!r}))])
+"""
+
+
+def daemon(tmp_path: Path, database_url: str, source: Source) -> DaemonProcess:
+    """``triggerer run --config FILE`` for the pipelines in ``tmp_path / "pipelines"``, not
+    started yet; no Spark (the tests run no pipeline) and no API."""
+    sections: dict[str, dict[str, Any]] = {
+        "database": {"url": database_url},
+        "pipelines": {"dir": str(tmp_path / "pipelines"), "reload_interval_s": 0.2},
+        "daemon": {"heartbeat_interval_s": 0.5},
+        "logging": {"format": "json"},
+        "api": {"enabled": False},
+        **{f"connections.{name}": values for name, values in source.connections.items()},
+    }
+    lines = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    config = tmp_path / "triggerer.toml"
+    config.write_text("\n".join(lines) + "\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TRIGGERER_")}
+    return DaemonProcess(env, tmp_path / "daemon.log", config)
+
+
+def numbers(events: Sequence[Any]) -> list[int]:
+    """The ``i`` each event's message carried, sorted."""
+    return sorted(event.extra["payload"]["body"]["i"] for event in events)
+
+
+async def send_numbered(source: Source, start: int, stop: int, *, batch: int = 50) -> None:
+    """Send ``{"i": start}`` up to ``{"i": stop - 1}``, ``batch`` at a time."""
+    for first in range(start, stop, batch):
+        await source.send([json.dumps({"i": i}) for i in range(first, min(first + batch, stop))])
+        await anyio.sleep(0.02)
+
+
+async def stored(database_url: str) -> int:
+    return await wait_for(database_url, lambda s: event_count(s, "stream"), lambda _: True)
+
+
+async def dead_letter_count(session: AsyncSession) -> int:
+    return await session.scalar(select(func.count()).select_from(models.DeadLetter)) or 0
+
+
+async def listed(process: DaemonProcess, *arguments: str) -> Any:
+    """The JSON a CLI listing prints, run against the daemon's config file."""
+    assert process.arguments[:2] == ["run", "--config"]
+    done = await triggerer_cli(process.env, "--config", process.arguments[2], *arguments, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+class ProviderContract:
+    """The contract tests; a provider's module subclasses this and gives the fixtures."""
+
+    @pytest.mark.timeout(300)
+    @pytest.mark.parametrize("db_backend", ["postgresql"], indirect=True)
+    async def test_each_message_is_one_event_across_a_kill_9(
+        self, broker: Broker, tmp_path: Path, database_url: str
+    ) -> None:
+        source = await broker.source()
+        write_pipelines(tmp_path / "pipelines", watching(source))
+        with daemon(tmp_path, database_url, source) as process:
+            process.start()
+            await process.wait_logged("pipelines_loaded")
+            async with anyio.create_task_group() as group:
+                group.start_soon(send_numbered, source, 0, MESSAGES)
+                await wait_for(
+                    database_url,
+                    lambda s: event_count(s, "stream"),
+                    lambda n: n >= KILL_AFTER,
+                    timeout_s=120,
+                )
+                process.signal(signal.SIGKILL)
+                assert await process.wait(30) == -signal.SIGKILL
+                process.start()
+            await wait_for(
+                database_url,
+                lambda s: event_count(s, "stream"),
+                lambda n: n >= MESSAGES,
+                timeout_s=180,
+            )
+            await anyio.sleep(2)  # anything delivered twice would be stored by now
+            events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+            assert process.process is not None
+            assert process.process.poll() is None, process.tail()
+        assert numbers(events) == list(range(MESSAGES))
+
+    @pytest.mark.timeout(180)
+    @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+    async def test_a_poison_message_is_one_dead_letter_and_the_rest_flow(
+        self, broker: Broker, tmp_path: Path, database_url: str
+    ) -> None:
+        source = await broker.source()
+        folder = tmp_path / "pipelines"
+        write_pipelines(folder, POISON_FILTER, "poison.py")
+        write_pipelines(folder, watching(source, apply_function="poison.refuse_poison"))
+        bodies = [json.dumps({"i": i}) for i in range(2 * POISON_AT)]
+        bodies.insert(POISON_AT, json.dumps({"i": -1, "poison": True}))
+        with daemon(tmp_path, database_url, source) as process:
+            process.start()
+            await process.wait_logged("pipelines_loaded")
+            await source.send(bodies)
+            await wait_for(
+                database_url,
+                lambda s: event_count(s, "stream"),
+                lambda n: n >= 2 * POISON_AT,
+                timeout_s=120,
+            )
+            await wait_for(database_url, dead_letter_count, lambda n: n >= 1, timeout_s=120)
+            await anyio.sleep(2)  # a second dead letter or a redelivered event would be here
+            letters = await listed(process, "events", "dead-letters")
+            events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+            assert process.process is not None
+            assert process.process.poll() is None, process.tail()
+        assert numbers(events) == list(range(2 * POISON_AT))
+        [letter] = letters
+        assert letter["asset"] == "stream"
+        assert "poison message refused" in letter["reason"]
+        assert json.loads(letter["payload"])["payload"]["body"]["poison"] is True
+
+    @pytest.mark.timeout(300)
+    @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+    async def test_a_broker_restart_loses_nothing(
+        self, private_broker: PrivateBroker, tmp_path: Path, database_url: str
+    ) -> None:
+        source = await private_broker.source()
+        write_pipelines(tmp_path / "pipelines", watching(source))
+        half = MESSAGES // 10
+        with daemon(tmp_path, database_url, source) as process:
+            process.start()
+            await process.wait_logged("pipelines_loaded")
+            await send_numbered(source, 0, half)
+            await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= half)
+            await private_broker.restart()
+            await send_numbered(source, half, 2 * half)
+            await wait_for(
+                database_url,
+                lambda s: event_count(s, "stream"),
+                lambda n: n >= 2 * half,
+                timeout_s=180,
+            )
+            watchers = await listed(process, "watchers", "list")
+            events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+            assert process.process is not None
+            assert process.process.poll() is None, process.tail()
+        assert numbers(events) == list(range(2 * half))
+        assert [watcher["state"] for watcher in watchers] == ["running"]
+
+    @pytest.mark.timeout(180)
+    @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+    async def test_a_bad_uri_is_its_watchers_error_and_the_daemon_stays_up(
+        self, broker: Broker, tmp_path: Path, database_url: str
+    ) -> None:
+        bad = broker.bad_uris()
+        assert bad, "a provider names at least one bad URI"
+        source = await broker.source()
+        # The bad watchers in the good one's file: each fails alone, the good one flows.
+        text = watching(source) + "".join(
+            f"\nbad{number} = Asset('bad{number}', watchers=[AssetWatcher("
+            f"'bad{number}_queue', MessageQueueTrigger(queue={uri!r}))])\n"
+            for number, (uri, _) in enumerate(bad)
+        )
+        write_pipelines(tmp_path / "pipelines", text)
+        with daemon(tmp_path, database_url, source) as process:
+            process.start()
+            await process.wait_logged("pipelines_loaded")
+            await source.send([json.dumps({"i": 0})])
+            await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
+            watchers = {row["watcher"]: row for row in await listed(process, "watchers", "list")}
+            assert process.process is not None
+            assert process.process.poll() is None, process.tail()
+        assert watchers["stream_queue"]["state"] == "running"
+        for number, (uri, named) in enumerate(bad):
+            watcher = watchers[f"bad{number}_queue"]
+            assert watcher["state"] == "failed", (uri, watcher)
+            assert named in watcher["last_error"], (uri, watcher)
