@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit bench demo clean ui helm image test-container
+.PHONY: test test-slow lint typecheck unit bench demo clean ui helm image test-container
 
 # The virtualenv is rebuilt when pyproject.toml changes.
 $(INSTALLED): pyproject.toml
@@ -50,7 +50,12 @@ typecheck: $(INSTALLED)
 # Two workers, each taking whole files (a file's fixtures stay on one worker): the end-to-end
 # tests mostly wait on brokers, JVMs and processes, so two of them share the machine's cores well.
 test: lint typecheck ui helm
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
+
+# The suites of minutes each (marked slow: the packages installed in new virtualenvs, every
+# schema upgrade on both stores, a rolling restart): .ci/run runs them after `make test`.
+test-slow: $(INSTALLED) ui helm
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m slow
 
 unit: $(INSTALLED)
 	$(BIN)/python -m pytest tests/unit

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from tests.e2e.conftest import MakeDeployment
     from tests.e2e.daemon import Deployment
 
+pytestmark = pytest.mark.slow  # two daemons, two restarts: minutes (make test-slow)
+
 MESSAGES = 600
 PIPELINES = """
     import time

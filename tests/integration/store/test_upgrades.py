@@ -37,6 +37,8 @@ from triggerer.service.store import create_engine, head_revision, session_factor
 from triggerer.service.store.migrate import MIGRATIONS_DIR, VERSION_TABLE, alembic_config
 from triggerer.service.store.models import Trigger, asset_identity_key, trigger_key
 
+pytestmark = pytest.mark.slow  # every migration, both stores: minutes (make test-slow)
+
 
 def _chain() -> list[Script]:
     """The revisions, oldest first, as Alembic walks them from the head."""
