@@ -77,7 +77,7 @@ IMAGE_CONTEXT := var/image
 # The dependencies' wheels (two minutes), made again only when pyproject.toml changes.
 $(IMAGE_CONTEXT)/wheels.made: pyproject.toml
 	rm -rf $(IMAGE_CONTEXT)/wheels
-	$(PYTHON) -m pip wheel --quiet --wheel-dir $(IMAGE_CONTEXT)/wheels .
+	$(PYTHON) -m pip wheel --quiet --wheel-dir $(IMAGE_CONTEXT)/wheels '.[providers]'
 	rm $(IMAGE_CONTEXT)/wheels/triggerer-*.whl
 	touch $@
 
