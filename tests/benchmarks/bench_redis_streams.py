@@ -1,0 +1,173 @@
+"""RedisStreamTrigger throughput against a raw redis-py loop (XREADGROUP + XACK), on one Redis.
+
+    python tests/benchmarks/bench_redis_streams.py --out bench-redis-streams.json [--messages 20000]
+
+Starts a Redis of its own. Each round reads one filled stream in two new consumer groups: the
+raw loop reads ``BATCH`` entries at a time and acknowledges them with one XACK, without making
+payloads; the trigger acks each event as it comes (as the daemon does after its commit), its
+XACKs batched before each read. The rounds take turns and each loop keeps its median. The
+latency part adds one entry at a time to a running trigger and times each until its event is
+yielded (produce -> event, without the daemon's commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any, cast
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+
+import redis.asyncio  # noqa: E402
+
+from tests.fixtures.redis import redis_server  # noqa: E402
+from triggerer.triggers import TriggerEvent  # noqa: E402
+from watchers.redis_streams import RedisStreamTrigger  # noqa: E402
+
+ROUNDS = 3
+BATCH = 100
+LATENCY_SAMPLES = 200
+MESSAGE_BYTES = 200
+
+
+def body(index: int) -> str:
+    head = json.dumps({"id": index, "type": "order", "pad": ""})
+    return json.dumps({"id": index, "type": "order", "pad": "x" * (MESSAGE_BYTES - len(head))})
+
+
+async def fill(client: redis.asyncio.Redis, stream: str, messages: int) -> None:
+    for start in range(0, messages, 1000):
+        async with client.pipeline(transaction=False) as pipe:
+            for index in range(start, min(start + 1000, messages)):
+                pipe.xadd(stream, {"body": body(index)})
+            await pipe.execute()
+
+
+async def raw_loop(client: redis.asyncio.Redis, stream: str, group: str, messages: int) -> float:
+    """Entries per second: XREADGROUP ``BATCH`` entries, XACK them at once, repeat."""
+    await client.xgroup_create(stream, group, id="0")
+    started = time.perf_counter()
+    done = 0
+    while done < messages:
+        response: Any = await client.xreadgroup(
+            group, "raw", {stream: ">"}, count=BATCH, block=1000
+        )
+        if response:
+            [[_, entries]] = response
+            await client.xack(stream, group, *[entry_id for entry_id, _ in entries])
+            done += len(entries)
+    return messages / (time.perf_counter() - started)
+
+
+async def trigger_loop(port: int, stream: str, group: str, messages: int, db: int = 0) -> float:
+    """Events per second of a trigger whose every event is acked as it comes."""
+    trigger = RedisStreamTrigger(
+        host="127.0.0.1",
+        port=port,
+        db=db,
+        stream=stream,
+        group=group,
+        start_id="0",
+        batch_size=BATCH,
+    )
+    # run() is an async generator; aclose() ends it before cleanup()
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    started = time.perf_counter()
+    done = 0
+    try:
+        async for event in events:
+            assert event.ack is not None
+            await event.ack()
+            done += 1
+            if done == messages:
+                break
+        seconds = time.perf_counter() - started
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+    assert trigger.acked == messages, trigger.acked
+    return messages / seconds
+
+
+async def latency(client: redis.asyncio.Redis, port: int, stream: str) -> dict[str, float]:
+    """Produce -> event (ms), one entry at a time, through a running trigger."""
+    await client.xadd(stream, {"body": "warm-up"})
+    trigger = RedisStreamTrigger(host="127.0.0.1", port=port, stream=stream, start_id="0")
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    samples = []
+    try:
+        await anext(events)
+        for index in range(LATENCY_SAMPLES):
+            started = time.perf_counter()
+            await client.xadd(stream, {"body": body(index)})
+            event = await anext(events)
+            samples.append((time.perf_counter() - started) * 1000)
+            assert event.ack is not None
+            await event.ack()
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+    samples.sort()
+    return {
+        "p50_ms": round(statistics.median(samples), 3),
+        "p99_ms": round(samples[int(len(samples) * 0.99) - 1], 3),
+    }
+
+
+async def bench(port: int, messages: int) -> dict[str, Any]:
+    client = redis.asyncio.Redis(port=port)
+    try:
+        stream = f"bench-{uuid.uuid4().hex}"
+        await fill(client, stream, messages)
+        runs: dict[str, list[float]] = {"raw": [], "trigger": []}
+        for round_ in range(ROUNDS):
+            runs["raw"].append(await raw_loop(client, stream, f"raw-{round_}", messages))
+            runs["trigger"].append(await trigger_loop(port, stream, f"trigger-{round_}", messages))
+        raw, trigger = (statistics.median(runs[name]) for name in runs)
+        return {
+            "messages": messages,
+            "rounds": ROUNDS,
+            "message_bytes": MESSAGE_BYTES,
+            "batch": BATCH,
+            "raw_events_per_s": round(raw),
+            "trigger_events_per_s": round(trigger),
+            "ratio": round(trigger / raw, 3),
+            "produce_to_event": await latency(client, port, f"latency-{uuid.uuid4().hex}"),
+        }
+    finally:
+        await client.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
+    parser.add_argument("--messages", type=int, default=20_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        server = redis_server(Path(folder) / "data", Path(folder))
+        server.start()
+        try:
+            result = asyncio.run(bench(server.port, args.messages))
+        finally:
+            server.stop()
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    latency_ms = result["produce_to_event"]
+    sys.stdout.write(
+        f"{'loop':<10} {'events/s':>10}\n"
+        f"{'raw':<10} {result['raw_events_per_s']:>10}\n"
+        f"{'trigger':<10} {result['trigger_events_per_s']:>10}   ratio {result['ratio']}\n"
+        f"produce -> event: p50 {latency_ms['p50_ms']} ms, p99 {latency_ms['p99_ms']} ms\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,601 @@
+"""RedisStreamTrigger: a Redis stream read in a consumer group, each entry acknowledged (XACK)
+only after its event is stored; ``PROVIDER`` reads ``redis+stream://`` URIs."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import socket
+import time
+from collections.abc import AsyncGenerator, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+
+from triggerer.backoff import Backoff
+from triggerer.providers import Provider
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
+from watchers.clients import require
+from watchers.filters import PayloadFilter, lookup, parse_path
+from watchers.payloads import decode_body, import_callable
+from watchers.redis_address import (
+    DEFAULT_REDIS_PORT,
+    RedisAddress,
+    check_address,
+    client,
+    parse_redis_uri,
+    transient_errors,
+)
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+log = structlog.get_logger(__name__)
+
+SCHEME = "redis+stream"
+BACKOFF_MAX_S = 10.0
+LAG_INTERVAL_S = 1.0
+#: A consumer of the group with nothing pending, idle this long, is a daemon gone: removed.
+DEAD_CONSUMER_IDLE_MS = 3_600_000
+_CLEANUP_TIMEOUT_S = 5.0
+_LOST_IDS_LOGGED = 20
+
+Entry = tuple[str, dict[bytes, bytes], int]
+"""An entry as read: its id, its fields, and how many times the group has delivered it."""
+
+
+class RedisStreamMissing(LookupError):
+    """The stream to read does not exist (or is another type of key)."""
+
+
+@dataclasses.dataclass(eq=False, repr=False, kw_only=True)
+class RedisStreamTrigger(BaseEventTrigger):
+    """Yield one event per entry of Redis stream ``stream``, as consumer group ``group``.
+
+    The payload is ``{"stream", "id", "timestamp_ms", "body", "fields"}``: ``body`` the entry's
+    ``body_field`` decoded (JSON, else text), ``fields`` its other fields as text,
+    ``timestamp_ms`` the time part of the entry id. The dedup key is ``<stream>/<entry id>``.
+    ``filter`` is checked on that payload, then ``apply_function`` (dotted path) may replace
+    it; an entry filtered by either is acknowledged. ``partition_key_path`` picks the partition
+    key from the final payload.
+
+    The group is created at ``start_id`` (``$``: entries added from then on; ``0``: the whole
+    stream) when it does not exist; the stream must exist. Each daemon process reads as a
+    consumer of its own (``<host>-<pid>``): an entry is acknowledged (XACK, batched) once its
+    event is stored. Entries left pending for ``min_idle_ms`` (a daemon killed, a processing
+    error) are claimed again (XAUTOCLAIM) by whichever consumer of the group looks next; one
+    delivered ``max_deliveries`` times whose processing still raises is yielded as a dead
+    letter with the reason, then acknowledged. Entries trimmed away while pending are counted
+    in ``lost`` and logged (``redis_stream_entries_lost``). ``connection`` names the
+    credentials (``username``, ``password``, ``ssl``...).
+    """
+
+    host: str
+    port: int = DEFAULT_REDIS_PORT
+    db: int = 0
+    stream: str
+    group: str | None = None
+    start_id: str = "$"
+    body_field: str = "body"
+    apply_function: str | None = None
+    filter: dict[str, Any] | None = None
+    partition_key_path: str | None = None
+    max_deliveries: int = 5
+    #: How long an entry stays pending (unacknowledged) before it is claimed again.
+    min_idle_ms: int = 30_000
+    #: How long one read waits for new entries.
+    block_ms: int = 1_000
+    #: Entries asked for per read or claim.
+    batch_size: int = 100
+    #: Events yielded and not yet acknowledged before reading pauses (backpressure).
+    max_in_flight: int = 5_000
+    connection: str | None = None
+
+    #: Counters for the daemon's ``/watchers``: entries received, events yielded, entries
+    #: filtered, entries whose processing raised, dead letters yielded, entries acknowledged,
+    #: and pending entries found trimmed away (lost).
+    messages: int = dataclasses.field(default=0, init=False)
+    events: int = dataclasses.field(default=0, init=False)
+    filtered: int = dataclasses.field(default=0, init=False)
+    failed: int = dataclasses.field(default=0, init=False)
+    dead_lettered: int = dataclasses.field(default=0, init=False)
+    acked: int = dataclasses.field(default=0, init=False)
+    lost: int = dataclasses.field(default=0, init=False)
+
+    _redis: redis.asyncio.Redis | None = dataclasses.field(default=None, init=False)
+    _consumer: str = dataclasses.field(default="", init=False)
+    _lag: int | None = dataclasses.field(default=None, init=False)
+    _acks: list[str] = dataclasses.field(default_factory=list, init=False)
+    _in_flight: dict[str, float] = dataclasses.field(default_factory=dict, init=False)
+    _room: anyio.Event | None = dataclasses.field(default=None, init=False)
+    _claim_cursor: str = dataclasses.field(default="0-0", init=False)
+    _next_claim_at: float = dataclasses.field(default=0.0, init=False)
+    _next_refresh_at: float = dataclasses.field(default=0.0, init=False)
+    _next_lag_at: float = dataclasses.field(default=0.0, init=False)
+
+    shareable = True
+
+    def __post_init__(self) -> None:
+        check_address(self.host, self.port, self.db, self.stream, "stream")
+        if self.group is not None and (not isinstance(self.group, str) or not self.group):
+            raise ValueError(
+                f"RedisStreamTrigger group={self.group!r} must be a non-empty name; "
+                "leave it out for the one derived from the watcher"
+            )
+        if not _is_start_id(self.start_id):
+            raise ValueError(
+                f"RedisStreamTrigger start_id={self.start_id!r} must be '$' (new entries), "
+                "'0' (the whole stream) or an entry id such as '1700000000000-0'"
+            )
+        if not isinstance(self.body_field, str) or not self.body_field:
+            raise ValueError(f"RedisStreamTrigger body_field={self.body_field!r} must be a name")
+        for name, low in (
+            ("max_deliveries", 1),
+            ("min_idle_ms", 1),
+            ("block_ms", 1),
+            ("batch_size", 1),
+            ("max_in_flight", 1),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"RedisStreamTrigger {name}={value!r} must be an integer >= {low}")
+        if self.filter is not None:
+            PayloadFilter.from_option(self.filter)
+        if self.partition_key_path is not None:
+            parse_path(self.partition_key_path)
+        if self.apply_function is not None and "." not in self.apply_function:
+            raise ValueError(
+                f"apply_function={self.apply_function!r} must be a dotted path "
+                "'package.module.function'"
+            )
+
+    @property
+    def address(self) -> RedisAddress:
+        return RedisAddress(self.host, self.port, self.db, self.stream)
+
+    @property
+    def consumer_group(self) -> str:
+        """The consumer group in use: ``group``, else ``triggerer-<stream>``."""
+        return self.group or f"triggerer-{self.stream}"
+
+    @property
+    def reads_as(self) -> str | None:
+        """The consumer group (``watchers list`` shows it)."""
+        return self.consumer_group
+
+    @property
+    def lag(self) -> int | None:
+        """Entries of the stream the group has not acknowledged: not yet delivered (XINFO
+        GROUPS ``lag``) plus pending; read every ``LAG_INTERVAL_S``. ``None`` while unknown
+        (not read yet, or Redis cannot tell after entries were deleted from the middle)."""
+        return self._lag
+
+    def for_watcher(self, asset: WatchedAsset, watcher_name: str) -> RedisStreamTrigger:
+        """This trigger with the consumer group named after the watcher, unless ``group`` is
+        set: each watcher of a stream sees every entry."""
+        if self.group is not None:
+            return self
+        return dataclasses.replace(self, group=watcher_group(asset, watcher_name))
+
+    def exclusive_sources(self) -> tuple[str, ...]:
+        """The stream within the group: two different triggers in one group split its entries."""
+        return (
+            f"Redis stream {self.stream!r} in consumer group {self.consumer_group!r} "
+            f"at {self.address}",
+        )
+
+    async def run(self) -> AsyncGenerator[TriggerEvent, None]:
+        await self.cleanup()  # a previous run's client, when the daemon restarts this trigger
+        apply = None
+        if self.apply_function is not None:
+            apply = import_callable(self.apply_function, option="apply_function")
+            if inspect.iscoroutinefunction(apply):
+                raise ValueError(
+                    f"apply_function={self.apply_function!r} must be a plain function, not async"
+                )
+        payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        response_error = require("redis.exceptions", "redis").ResponseError
+        transient = transient_errors()
+        self._consumer = f"{socket.gethostname()}-{os.getpid()}"
+        redis_client = self._redis = client(
+            self.address, self.connection, socket_timeout_s=self.block_ms / 1000 + 10
+        )
+        backoff = Backoff(max_s=BACKOFF_MAX_S)
+        ready = False
+        while True:
+            try:
+                if not ready:
+                    await self._prepare(redis_client)
+                    ready = True
+                entries = await self._next_entries(redis_client)
+            except transient as error:
+                log.warning(
+                    "redis_stream_reconnecting",
+                    stream=self.stream,
+                    address=str(self.address),
+                    attempt=backoff.attempt + 1,
+                    error=str(error) or type(error).__name__,
+                )
+                await backoff.wait()
+                continue
+            except response_error as error:
+                if not str(error).startswith("NOGROUP"):
+                    raise
+                log.warning(
+                    "redis_stream_group_gone", stream=self.stream, group=self.consumer_group
+                )
+                ready = False  # the group (or the stream) went: prepared again, or the error
+                continue
+            if backoff.attempt:
+                log.info("redis_stream_reconnected", stream=self.stream, attempts=backoff.attempt)
+                backoff = Backoff(max_s=BACKOFF_MAX_S)
+            for entry_id, fields, delivered in entries:
+                event = self._handle(entry_id, fields, delivered, apply, payload_filter)
+                if event is not None:
+                    self._in_flight[entry_id] = time.monotonic()
+                    yield event
+
+    async def cleanup(self) -> None:
+        """Acknowledge what is acknowledged but not yet sent, then close the client;
+        idempotent. Entries yielded and not acknowledged stay pending, claimed again later."""
+        redis_client, self._redis = self._redis, None
+        self._in_flight.clear()
+        self._lag = None
+        if redis_client is None:
+            return
+        with anyio.move_on_after(_CLEANUP_TIMEOUT_S, shield=True):
+            try:
+                await self._flush_acks(redis_client)
+            except transient_errors() as error:  # pending: claimed again and deduplicated
+                log.warning("redis_stream_final_ack_failed", stream=self.stream, error=str(error))
+            await redis_client.aclose()
+
+    # -- reading
+
+    async def _prepare(self, redis_client: redis.asyncio.Redis) -> None:
+        """Check that the stream exists, create the group unless it does, and remove the
+        consumers of daemons gone long ago (nothing pending, idle for an hour)."""
+        kind = _text(await redis_client.type(self.stream))
+        if kind == "none":
+            raise RedisStreamMissing(
+                f"Redis stream {self.stream!r} does not exist at {self.address}: create it "
+                "(XADD, or XGROUP CREATE ... MKSTREAM); the watcher does not create streams"
+            )
+        if kind != "stream":
+            raise RedisStreamMissing(
+                f"Redis key {self.stream!r} at {self.address} is a {kind}, not a stream"
+            )
+        try:
+            await redis_client.xgroup_create(self.stream, self.consumer_group, id=self.start_id)
+        except require("redis.exceptions", "redis").ResponseError as error:
+            if not str(error).startswith("BUSYGROUP"):
+                raise
+        else:
+            log.info(
+                "redis_stream_group_created",
+                stream=self.stream,
+                group=self.consumer_group,
+                start_id=self.start_id,
+            )
+        for consumer in await redis_client.xinfo_consumers(self.stream, self.consumer_group):
+            name = consumer["name"].decode()
+            if consumer["pending"] == 0 and consumer["idle"] > DEAD_CONSUMER_IDLE_MS:
+                await redis_client.xgroup_delconsumer(self.stream, self.consumer_group, name)
+        self._claim_cursor, self._next_claim_at = "0-0", 0.0
+        log.info(
+            "redis_stream_reading",
+            stream=self.stream,
+            group=self.consumer_group,
+            consumer=self._consumer,
+        )
+
+    async def _next_entries(self, redis_client: redis.asyncio.Redis) -> list[Entry]:
+        """The next entries to handle: entries pending too long (claimed), else new ones; the
+        acknowledgements gathered meanwhile are sent first."""
+        now = time.monotonic()
+        if now >= self._next_lag_at:
+            await self._read_lag(redis_client)
+            self._next_lag_at = now + LAG_INTERVAL_S
+        if now >= self._next_refresh_at:
+            await self._refresh_in_flight(redis_client)
+            self._next_refresh_at = now + self.min_idle_ms / 3000
+        if now >= self._next_claim_at:
+            await self._flush_acks(redis_client)  # an acked entry is not claimed again
+            claimed = await self._claim(redis_client)
+            if self._claim_cursor == "0-0":  # a pass over the pending entries is complete
+                self._next_claim_at = now + self.min_idle_ms / 2000
+            if claimed:
+                return claimed
+        if len(self._in_flight) >= self.max_in_flight:
+            await self._flush_acks(redis_client)
+            self._room = anyio.Event()
+            with anyio.move_on_after(self.block_ms / 1000):
+                await self._room.wait()
+            self._room = None
+            return []
+        # The acks and the read in one round trip.
+        ids, self._acks = self._acks, []
+        try:
+            async with redis_client.pipeline(transaction=False) as pipe:
+                if ids:
+                    pipe.xack(self.stream, self.consumer_group, *ids)
+                pipe.xreadgroup(
+                    self.consumer_group,
+                    self._consumer,
+                    {self.stream: ">"},
+                    count=self.batch_size,
+                    block=self.block_ms,
+                )
+                answers = await pipe.execute()
+        except BaseException:
+            self._acks = ids + self._acks  # sent again once the server answers
+            raise
+        self.acked += len(ids)
+        self.polled()
+        response: Any = answers[-1]
+        if not response:
+            return []
+        [[_, entries]] = response
+        return [(entry_id.decode(), fields, 1) for entry_id, fields in entries]
+
+    async def _claim(self, redis_client: redis.asyncio.Redis) -> list[Entry]:
+        """One page of XAUTOCLAIM: the group's entries pending for ``min_idle_ms``, now this
+        consumer's, with their delivery counts; counts and logs those trimmed away."""
+        cursor, claimed, deleted = await redis_client.xautoclaim(
+            self.stream,
+            self.consumer_group,
+            self._consumer,
+            self.min_idle_ms,
+            start_id=self._claim_cursor,
+            count=self.batch_size,
+        )
+        self._claim_cursor = cursor.decode()
+        if deleted:
+            self.lost += len(deleted)
+            log.warning(
+                "redis_stream_entries_lost",
+                stream=self.stream,
+                group=self.consumer_group,
+                entries=len(deleted),
+                ids=[entry_id.decode() for entry_id in deleted[:_LOST_IDS_LOGGED]],
+                reason="trimmed or deleted from the stream while pending",
+            )
+        if not claimed:
+            return []
+        async with redis_client.pipeline(transaction=False) as pipe:
+            for entry_id, _ in claimed:
+                pipe.xpending_range(
+                    self.stream, self.consumer_group, entry_id, entry_id, 1, self._consumer
+                )
+            answers = await pipe.execute()
+        delivered = {
+            row["message_id"]: row["times_delivered"] for answer in answers for row in answer
+        }
+        log.info("redis_stream_entries_claimed", stream=self.stream, entries=len(claimed))
+        return [
+            (entry_id.decode(), fields, delivered.get(entry_id, 1)) for entry_id, fields in claimed
+        ]
+
+    async def _refresh_in_flight(self, redis_client: redis.asyncio.Redis) -> None:
+        """Reset the idle time of the entries yielded and not yet acknowledged (XCLAIM JUSTID,
+        which counts no delivery), so that a slow commit does not get them claimed."""
+        stale_before = time.monotonic() - self.min_idle_ms / 3000
+        ids: list[Any] = [entry_id for entry_id, at in self._in_flight.items() if at < stale_before]
+        for start in range(0, len(ids), 1000):
+            await redis_client.xclaim(
+                self.stream,
+                self.consumer_group,
+                self._consumer,
+                0,
+                ids[start : start + 1000],
+                justid=True,
+            )
+
+    async def _read_lag(self, redis_client: redis.asyncio.Redis) -> None:
+        for group in await redis_client.xinfo_groups(self.stream):
+            if group["name"].decode() == self.consumer_group:
+                lag = group.get("lag")
+                self._lag = None if lag is None else lag + group["pending"]
+
+    async def _flush_acks(self, redis_client: redis.asyncio.Redis) -> None:
+        ids, self._acks = self._acks, []
+        if not ids:
+            return
+        try:
+            await redis_client.xack(self.stream, self.consumer_group, *ids)
+        except BaseException:
+            self._acks = ids + self._acks  # sent again once the server answers
+            raise
+        self.acked += len(ids)
+
+    def _acked(self, entry_id: str) -> None:
+        """An event's ack: its entry is acknowledged with the next batch of XACK."""
+        if self._in_flight.pop(entry_id, None) is not None:
+            self._acks.append(entry_id)
+            if self._room is not None:
+                self._room.set()
+
+    # -- handling one entry
+
+    def _handle(
+        self,
+        entry_id: str,
+        fields: dict[bytes, bytes],
+        delivered: int,
+        apply: Callable[..., Any] | None,
+        payload_filter: PayloadFilter | None,
+    ) -> TriggerEvent | None:
+        """The event of an entry, or its dead letter; ``None`` once it is filtered (and
+        acknowledged) or failed (left pending, to be claimed again)."""
+        self.messages += 1
+        payload = entry_payload(self.stream, entry_id, fields, self.body_field)
+        ack = _Ack(self, entry_id)
+        key = f"{self.stream}/{entry_id}"
+        sent_at = payload["timestamp_ms"] / 1000
+        if delivered > self.max_deliveries:
+            return self._dead_letter(
+                payload,
+                key,
+                ack,
+                f"delivered {delivered} times, more than max_deliveries="
+                f"{self.max_deliveries}, without its event being stored",
+            )
+        try:
+            event = self._event(payload, key, ack, sent_at, apply, payload_filter)
+        # Processing runs user code (apply_function) that may raise anything: the entry stays
+        # pending, to be claimed and tried again, and the watcher carries on.
+        except Exception as error:  # noqa: BLE001
+            self.failed += 1
+            reason = f"{type(error).__name__}: {error}"
+            if delivered >= self.max_deliveries:
+                return self._dead_letter(
+                    payload,
+                    key,
+                    ack,
+                    f"{reason} (delivered {delivered} times; max_deliveries={self.max_deliveries})",
+                )
+            log.warning(
+                "redis_stream_entry_failed",
+                stream=self.stream,
+                entry_id=entry_id,
+                delivered=delivered,
+                max_deliveries=self.max_deliveries,
+                retry_in_ms=self.min_idle_ms,
+                error=reason,
+            )
+            return None
+        if event is None:
+            self.filtered += 1
+            self._acks.append(entry_id)
+            return None
+        self.events += 1
+        return event
+
+    def _dead_letter(
+        self, payload: dict[str, Any], key: str, ack: _Ack, reason: str
+    ) -> TriggerEvent:
+        self.dead_lettered += 1
+        log.warning("redis_stream_entry_dead_lettered", dedup_key=key, reason=reason)
+        return TriggerEvent.of_decoded_json(payload, dedup_key=key, ack=ack, dead_letter=reason)
+
+    def _event(
+        self,
+        payload: Any,
+        key: str,
+        ack: _Ack,
+        sent_at: float,
+        apply: Callable[..., Any] | None,
+        payload_filter: PayloadFilter | None,
+    ) -> TriggerEvent | None:
+        if payload_filter is not None and not payload_filter.matches(payload):
+            return None
+        make_event = TriggerEvent.of_decoded_json
+        if apply is not None:
+            payload = apply(payload)
+            if payload is None:
+                return None
+            make_event = TriggerEvent  # checks that what the function returned is JSON
+        partition_key = None
+        if self.partition_key_path is not None:
+            value = lookup(payload, self.partition_key_path)
+            if isinstance(value, str | int) and not isinstance(value, bool):
+                partition_key = str(value)
+            else:
+                raise ValueError(
+                    f"partition_key_path {self.partition_key_path!r} does not lead to a text "
+                    "or integer value"
+                )
+        return make_event(
+            payload, dedup_key=key, ack=ack, partition_key=partition_key, sent_at=sent_at
+        )
+
+
+class _Ack:
+    """The ``ack`` of one event: its entry goes into the trigger's next XACK."""
+
+    __slots__ = ("_entry_id", "_trigger")
+
+    def __init__(self, trigger: RedisStreamTrigger, entry_id: str) -> None:
+        self._trigger = trigger
+        self._entry_id = entry_id
+
+    async def __call__(self) -> None:
+        self._trigger._acked(self._entry_id)
+
+
+def entry_payload(
+    stream: str, entry_id: str, fields: dict[bytes, bytes], body_field: str
+) -> dict[str, Any]:
+    """The payload of a stream entry (see :class:`RedisStreamTrigger`)."""
+    body_key = body_field.encode()
+    return {
+        "stream": stream,
+        "id": entry_id,
+        "timestamp_ms": int(entry_id.partition("-")[0]),
+        "body": decode_body(fields.get(body_key)),
+        "fields": {
+            name.decode(errors="replace"): value.decode(errors="replace")
+            for name, value in fields.items()
+            if name != body_key
+        },
+    }
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def watcher_group(asset: WatchedAsset, watcher_name: str) -> str:
+    """The consumer group of a watcher: ``triggerer-<watcher name>-<digest>``, the digest of
+    the asset's name and URI and the watcher's name (none of the options: editing them keeps
+    the group and its place)."""
+    identity = json.dumps([asset.name, asset.uri, watcher_name]).encode()
+    return f"triggerer-{watcher_name}-{hashlib.sha256(identity).hexdigest()[:12]}"
+
+
+def _is_start_id(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    if value in ("$", "0"):
+        return True
+    milliseconds, _, sequence = value.partition("-")
+    return milliseconds.isdigit() and (not sequence or sequence.isdigit())
+
+
+# -- the provider: redis+stream:// URIs, and XADD for `triggerer post redis-streams`
+
+
+def parse_stream_uri(uri: str) -> RedisAddress:
+    """The address of a ``redis+stream://HOST[:6379]/DB/STREAM`` URI."""
+    return parse_redis_uri(uri, SCHEME, "STREAM")
+
+
+def _trigger_of_uri(uri: str, **options: Any) -> RedisStreamTrigger:
+    address = parse_stream_uri(uri)
+    return RedisStreamTrigger(
+        host=address.host, port=address.port, db=address.db, stream=address.key, **options
+    )
+
+
+async def send(uri: str, bodies: Iterable[str], connection: str | None = None) -> list[str]:
+    """Add each body as one entry (field ``body``) to the stream at ``uri`` (XADD creates the
+    stream when it does not exist); the entry ids, in order."""
+    address = parse_stream_uri(uri)
+    redis_client = client(address, connection)
+    try:
+        async with redis_client.pipeline(transaction=False) as pipe:
+            for body in bodies:
+                pipe.xadd(address.key, {"body": body})
+            ids = await pipe.execute()
+    except transient_errors() as error:
+        raise ConnectionError(f"cannot reach Redis at {address}: {error}") from None
+    finally:
+        await redis_client.aclose()
+    return [entry_id.decode() for entry_id in ids]
+
+
+PROVIDER = Provider(name="redis-streams", schemes=(SCHEME,), trigger=_trigger_of_uri, send=send)
