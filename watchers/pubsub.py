@@ -1,0 +1,349 @@
+"""Google Pub/Sub watcher: ``PubSubTrigger``, its ``pubsub://PROJECT/SUBSCRIPTION`` URIs, the
+producer ``send`` and ``PROVIDER``.
+
+The pulling, acks and deadlines live in :mod:`watchers.pubsub_puller`, which a trigger reads
+through with a ``ReaderSpec`` and whose ``ReaderStats`` hold its counters, lag and last poll.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from triggerer.providers import Provider, SharedReaders
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
+from watchers import pubsub_puller
+from watchers.clients import require
+from watchers.filters import PayloadFilter, lookup, parse_path
+from watchers.payloads import import_callable
+from watchers.pubsub_puller import (
+    Prepared,
+    Reader,
+    ReaderSpec,
+    ReaderStats,
+    connect,
+    message_payload,
+    missing,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from datetime import datetime
+
+URI_FORM = "pubsub://PROJECT/SUBSCRIPTION"
+#: A project id (optionally domain-scoped, ``example.com:project``).
+_PROJECT = re.compile(r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+#: A subscription's name, as Pub/Sub takes it.
+_SUBSCRIPTION = re.compile(r"[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}")
+_HOST_PORT = re.compile(r"[A-Za-z0-9.\-]+:\d{1,5}|\[[0-9A-Fa-f:.]+\]:\d{1,5}")
+#: Messages in one Publish call (Pub/Sub takes up to 1,000, and 10 MB).
+PUBLISH_BATCH = 500
+PUBLISH_TIMEOUT_S = 60.0
+
+
+def parse_pubsub_uri(uri: str) -> tuple[str, str]:
+    """The project and subscription name of ``pubsub://PROJECT/SUBSCRIPTION``."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme.lower() != "pubsub":
+        raise ValueError(f"Pub/Sub URI {uri!r} must have the form {URI_FORM}")
+    if "@" in parts.netloc:
+        raise ValueError(
+            f"Pub/Sub URI {uri!r} holds credentials: they do not belong in a URI; put "
+            "credentials_file in a [connections.NAME] section and give connection='NAME'"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError(
+            f"Pub/Sub URI {uri!r} must not have a query or fragment; pass options "
+            "(emulator_host, max_deliveries, ...) as keyword arguments"
+        )
+    project, subscription = parts.netloc, parts.path.removeprefix("/")
+    if not project or not subscription or "/" in subscription:
+        raise ValueError(f"Pub/Sub URI {uri!r} must have the form {URI_FORM}")
+    if not _PROJECT.fullmatch(project):
+        raise ValueError(
+            f"Pub/Sub URI {uri!r}: project {project!r} is not a Google Cloud project id "
+            "(6-30 lower-case letters, digits and hyphens, starting with a letter)"
+        )
+    if not _SUBSCRIPTION.fullmatch(subscription) or subscription.startswith("goog"):
+        raise ValueError(
+            f"Pub/Sub URI {uri!r}: subscription {subscription!r} is not a subscription name "
+            "(3-255 letters, digits and - _ . ~ + %, starting with a letter, not with 'goog')"
+        )
+    return project, subscription
+
+
+class PubSubTrigger(BaseEventTrigger):
+    """Yield one event per message of a Google Pub/Sub subscription.
+
+    ``subscription`` is ``pubsub://PROJECT/SUBSCRIPTION``; the subscription must exist. The
+    payload is ``{"message_id", "body", "attributes", "publish_time", "ordering_key",
+    "delivery_attempt"}`` and the dedup key ``<subscription>/<message_id>``. ``filter`` is
+    checked on the payload, then ``apply_function`` (dotted path) may replace it; a message
+    either drops is acknowledged. ``partition_key_path`` picks the partition key from the final
+    payload.
+
+    Pulls of up to ``max_messages`` run ``pullers`` at a time. A message is acknowledged once
+    its event is committed (its ack); until then its ack deadline is extended, by
+    ``ack_deadline_s`` (default: the subscription's). A message whose processing raises is
+    nacked; under the subscription's dead-letter policy Pub/Sub forwards it to the dead-letter
+    topic after the policy's attempts; without one, it becomes a dead letter of the daemon on
+    its ``max_deliveries``-th delivery (counted in memory). Credentials: the ``connection``'s
+    ``credentials_file``, else the application default credentials; ``emulator_host`` (or
+    ``$PUBSUB_EMULATOR_HOST``) reads the emulator, without credentials.
+
+    In the daemon, the triggers of one subscription share one puller: each sees every message,
+    acknowledged once all of them are done with it. The puller's options (``max_messages``,
+    ``pullers``, ``ack_deadline_s``, ``max_deliveries``) are those of its first watcher.
+    """
+
+    shareable = True
+
+    def __init__(
+        self,
+        subscription: str,
+        *,
+        emulator_host: str | None = None,
+        max_messages: int = 500,
+        pullers: int = 2,
+        ack_deadline_s: int | None = None,
+        max_deliveries: int = 5,
+        filter: dict[str, Any] | None = None,
+        apply_function: str | None = None,
+        partition_key_path: str | None = None,
+        connection: str | None = None,
+    ) -> None:
+        self.project, self.name = parse_pubsub_uri(subscription)
+        if emulator_host is not None and not (
+            isinstance(emulator_host, str) and _HOST_PORT.fullmatch(emulator_host)
+        ):
+            raise ValueError(f"emulator_host={emulator_host!r} must be 'host:port'")
+        _check_range("max_messages", max_messages, 1, 1000)
+        _check_range("pullers", pullers, 1, 16)
+        _check_range("max_deliveries", max_deliveries, 1, 1000)
+        if ack_deadline_s is not None:
+            _check_range("ack_deadline_s", ack_deadline_s, 10, 600)
+        if connection is not None and not (isinstance(connection, str) and connection):
+            raise ValueError(f"connection={connection!r} must be the name of a connection")
+        if partition_key_path is not None:
+            parse_path(partition_key_path)
+        self._filter = None if filter is None else PayloadFilter.from_option(filter)
+        self._apply = (
+            None
+            if apply_function is None
+            else import_callable(apply_function, option="apply_function")
+        )
+        if inspect.iscoroutinefunction(self._apply):
+            raise ValueError(f"apply_function={apply_function!r} must be a plain function")
+        self._kwargs: dict[str, Any] = {
+            "subscription": subscription,
+            "emulator_host": emulator_host,
+            "max_messages": max_messages,
+            "pullers": pullers,
+            "ack_deadline_s": ack_deadline_s,
+            "max_deliveries": max_deliveries,
+            "filter": filter,
+            "apply_function": apply_function,
+            "partition_key_path": partition_key_path,
+            "connection": connection,
+        }
+        self._stats = ReaderStats()
+        self._reader: Reader | None = None
+
+    @property
+    def subscription_path(self) -> str:
+        """``projects/PROJECT/subscriptions/NAME``."""
+        return f"projects/{self.project}/subscriptions/{self.name}"
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return self.classpath(), dict(self._kwargs)
+
+    def reader_spec(self) -> ReaderSpec:
+        """What the subscription's puller needs of this trigger."""
+        kwargs = self._kwargs
+        return ReaderSpec(
+            subscription=self.subscription_path,
+            emulator_host=kwargs["emulator_host"],
+            connection=kwargs["connection"],
+            key=json.dumps(self.serialize(), sort_keys=True),
+            prepare=self._prepare,
+            max_messages=kwargs["max_messages"],
+            pullers=kwargs["pullers"],
+            ack_deadline_s=kwargs["ack_deadline_s"],
+            max_deliveries=kwargs["max_deliveries"],
+        )
+
+    # Counters for the daemon's ``/watchers`` since the trigger was made.
+
+    @property
+    def received(self) -> int:
+        """Messages received (each delivery counts)."""
+        return self._stats.received
+
+    @property
+    def events(self) -> int:
+        """Events yielded (dead letters aside)."""
+        return self._stats.events
+
+    @property
+    def filtered(self) -> int:
+        """Messages dropped by ``filter`` or ``apply_function``."""
+        return self._stats.filtered
+
+    @property
+    def failed(self) -> int:
+        """Deliveries of a message whose processing raised."""
+        return self._stats.failed
+
+    @property
+    def dead_lettered(self) -> int:
+        """Messages yielded as dead letters (after ``max_deliveries``)."""
+        return self._stats.dead_lettered
+
+    @property
+    def lag(self) -> int | None:
+        """Messages received and not yet acknowledged; Pub/Sub's API has no count of the
+        messages not yet pulled (that is Cloud Monitoring's ``num_undelivered_messages``)."""
+        return self._stats.lag
+
+    @property
+    def reads_as(self) -> str | None:
+        """The subscription it pulls from."""
+        return self.subscription_path
+
+    @property
+    def last_poll_at(self) -> datetime | None:
+        """When Pub/Sub last answered a pull, an empty one included."""
+        return self._stats.last_poll_at
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await self.cleanup()
+        # On its own (outside the daemon), the trigger has a puller of its own.
+        pullers = pubsub_puller.current() or pubsub_puller.Pullers()
+        reader = self._reader = await pullers.join(self.reader_spec(), self._stats)
+        while True:
+            yield await reader.next_event()
+
+    async def cleanup(self) -> None:
+        """Leave the subscription's puller: the last reader sends the acks due, nacks the
+        messages not acked (Pub/Sub delivers them again at once) and closes the client."""
+        reader, self._reader = self._reader, None
+        self._stats.lag = None
+        if reader is not None:
+            await reader.leave()
+
+    def same_message(self, stored: Any, received: Any) -> bool:
+        """Equal payloads, but for the ``delivery_attempt`` a redelivery counts up."""
+        return bool(_steady(stored) == _steady(received))
+
+    def _prepare(self, received: Any) -> Prepared:
+        """The payload and partition key of a message, ``None`` when it is filtered out."""
+        payload: Any = message_payload(received)
+        if self._filter is not None and not self._filter.matches(payload):
+            return None
+        if self._apply is not None:
+            payload = self._apply(payload)
+            if payload is None:
+                return None
+            # Not JSON: a failing message (nacked, then dead-lettered), not a failing watcher.
+            check_json(payload, "apply_function result")
+        return payload, self._partition_key(payload)
+
+    def _partition_key(self, payload: Any) -> str | None:
+        path = self._kwargs["partition_key_path"]
+        if path is None:
+            return None
+        value = lookup(payload, path)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"partition_key_path {path!r} does not lead to a text or integer value")
+
+
+def _steady(payload: Any) -> Any:
+    if isinstance(payload, dict) and "delivery_attempt" in payload:
+        return {**payload, "delivery_attempt": None}
+    return payload
+
+
+def _check_range(option: str, value: int, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{option}={value!r} must be an integer from {low} to {high}")
+
+
+# -- the producer: ``triggerer post pubsub URI MESSAGE...``
+
+
+async def send(
+    uri: str,
+    bodies: Iterable[str | bytes],
+    connection: str | None = None,
+    *,
+    attributes: Mapping[str, str] | None = None,
+    emulator_host: str | None = None,
+) -> list[str]:
+    """Publish each of ``bodies`` (with ``attributes``) to the topic of the subscription at
+    ``uri``; the message ids, in order. The emulator: ``emulator_host`` or
+    ``$PUBSUB_EMULATOR_HOST``."""
+    project, name = parse_pubsub_uri(uri)
+    path = f"projects/{project}/subscriptions/{name}"
+    exceptions = require("google.api_core.exceptions", "pubsub")
+    types = require("google.pubsub_v1.types", "pubsub")
+    messages = [
+        types.PubsubMessage(
+            data=body.encode() if isinstance(body, str) else body, attributes=attributes or {}
+        )
+        for body in bodies
+    ]
+    clients = await connect(emulator_host, connection, publisher=True)
+    try:
+        try:
+            subscription = await clients.subscriber.get_subscription(subscription=path)
+        except exceptions.NotFound:
+            raise missing(path) from None
+        topic = subscription.topic
+        if topic == "_deleted-topic_":
+            raise LookupError(f"Pub/Sub subscription {path!r} has lost its topic (deleted)")
+        assert clients.publisher is not None  # noqa: S101 - asked for with publisher=True
+        ids: list[str] = []
+        for start in range(0, len(messages), PUBLISH_BATCH):
+            response = await clients.publisher.publish(
+                topic=topic,
+                messages=messages[start : start + PUBLISH_BATCH],
+                timeout=PUBLISH_TIMEOUT_S,
+            )
+            ids += response.message_ids
+        return ids
+    finally:
+        await clients.aclose()
+
+
+# -- the Pub/Sub provider: pubsub:// URIs, and the pullers its triggers share in one daemon
+
+
+def _trigger_of_uri(uri: str, **options: Any) -> PubSubTrigger:
+    return PubSubTrigger(uri, **options)
+
+
+class _SharedPullers(SharedReaders):
+    """The daemon's Pub/Sub pullers, one per subscription (:mod:`watchers.pubsub_puller`):
+    each watcher of a subscription sees every message, acknowledged once all are done."""
+
+    def __init__(self, deployment: str) -> None:  # a subscription is the deployment's choice
+        self._pullers = pubsub_puller.Pullers()
+
+    def sharing(self) -> AbstractContextManager[None]:
+        return pubsub_puller.sharing(self._pullers)
+
+    def keep(self, triggers: Iterable[BaseEventTrigger]) -> None:
+        self._pullers.keep(trigger for trigger in triggers if isinstance(trigger, PubSubTrigger))
+
+
+PROVIDER = Provider(
+    name="pubsub", schemes=("pubsub",), trigger=_trigger_of_uri, shared=_SharedPullers, send=send
+)

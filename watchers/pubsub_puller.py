@@ -1,0 +1,665 @@
+"""The puller of one Google Pub/Sub subscription, and the readers it hands each message to.
+
+Every trigger reading the subscription is a reader of its puller and is handed each message; a
+message is acknowledged once every reader is done with it (its event committed and acked, or
+filtered, or dead-lettered), in batched ``Acknowledge`` calls. Until then its ack deadline is
+extended (``ModifyAckDeadline``) every third of the deadline, so a slow commit does not let
+Pub/Sub hand it to another consumer. A message a reader could not process is nacked (deadline 0:
+Pub/Sub delivers it again at once, or, where the subscription has a dead-letter policy, forwards
+it to the dead-letter topic after its ``max_delivery_attempts``). A message that a watcher of
+the daemon missed (not running at the moment) is left to its deadline, and comes back then.
+
+Without a dead-letter policy, deliveries are counted here, in memory and by message id, so a
+restart of the daemon starts the count again: a failing message is yielded as a dead letter on
+its ``max_deliveries``-th delivery to this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from triggerer.backoff import Backoff
+from triggerer.connections import get_connection
+from triggerer.triggers import TriggerEvent
+from watchers.clients import require
+from watchers.payloads import decode_body
+
+if TYPE_CHECKING:
+    from google.pubsub_v1.services.publisher import PublisherAsyncClient
+    from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
+
+log = structlog.get_logger(__name__)
+
+#: How long a pull may wait for messages (Pub/Sub answers at once when some are waiting).
+PULL_TIMEOUT_S = 30.0
+#: Ack ids in one Acknowledge or ModifyAckDeadline call (Pub/Sub takes up to 2,500).
+ACK_IDS_PER_CALL = 1000
+BACKOFF_MAX_S = 10.0
+CALL_TIMEOUT_S = 30.0
+CLEANUP_TIMEOUT_S = 10.0
+#: How long the pulls of a new puller wait for the other watchers of its subscription.
+JOIN_WAIT_S = 5.0
+#: Delivery counts kept (without a dead-letter policy) before the oldest are forgotten.
+MAX_COUNTED = 100_000
+#: Settings a named connection may hold.
+CONNECTION_KEYS = frozenset({"credentials_file"})
+SCOPES = ("https://www.googleapis.com/auth/pubsub",)
+#: gRPC status codes worth a retry: the service is away for a moment, or busy.
+TRANSIENT_CODES = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "ABORTED", "RESOURCE_EXHAUSTED"}
+)
+_PULLERS: contextvars.ContextVar[Pullers | None] = contextvars.ContextVar(
+    "pubsub_pullers", default=None
+)
+
+
+class MissingSubscription(LookupError):
+    """The subscription does not exist (the watcher creates none)."""
+
+
+@contextlib.contextmanager
+def sharing(pullers: Pullers) -> Iterator[None]:
+    """Within this context (and the tasks started in it), PubSubTriggers of one subscription
+    share one puller of ``pullers``."""
+    token = _PULLERS.set(pullers)
+    try:
+        yield
+    finally:
+        _PULLERS.reset(token)
+
+
+def current() -> Pullers | None:
+    """The shared pullers in effect, ``None`` outside :func:`sharing`."""
+    return _PULLERS.get()
+
+
+def message_payload(received: Any) -> dict[str, Any]:
+    """The event payload of a received message (a raw ``ReceivedMessage`` protobuf)."""
+    message = received.message
+    attributes = message.attributes
+    return {
+        "message_id": message.message_id,
+        "body": decode_body(message.data),
+        # Copying a protobuf map costs more than the rest of the payload: not when empty.
+        "attributes": dict(attributes) if len(attributes) else {},
+        "publish_time": _rfc3339(message.publish_time),
+        "ordering_key": message.ordering_key or None,
+        "delivery_attempt": received.delivery_attempt or None,
+    }
+
+
+def _rfc3339(timestamp: Any) -> str:
+    """A protobuf Timestamp as RFC 3339 text in UTC, to the microsecond (as Pub/Sub's JSON)."""
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(timestamp.seconds))
+    return f"{whole}.{timestamp.nanos // 1000:06d}Z"
+
+
+#: A reader's payload and partition key of a message; ``None`` when the reader filters it out.
+Prepared = tuple[Any, str | None] | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class ReaderSpec:
+    """What a puller needs of one reader (a PubSubTrigger)."""
+
+    subscription: str
+    """``projects/PROJECT/subscriptions/NAME``."""
+    emulator_host: str | None
+    connection: str | None
+    key: str
+    """Tells the reader from the other readers of the subscription; an instance with the same
+    key takes the place of one the daemon gave up on."""
+    prepare: Callable[[Any], Prepared]
+    """The reader's step from a received message to its payload and partition key. It may
+    raise: the message is then nacked, and dead-lettered at last."""
+    # The puller's options: the first reader's are the puller's.
+    max_messages: int
+    pullers: int
+    ack_deadline_s: int | None
+    max_deliveries: int
+
+    @property
+    def source_key(self) -> str:
+        """Readers with one source key share a puller."""
+        return json.dumps([self.subscription, self.emulator_host, self.connection])
+
+
+@dataclasses.dataclass(eq=False)
+class ReaderStats:
+    """What a puller did for one reader, written by the puller and read by its trigger."""
+
+    received: int = 0
+    events: int = 0
+    filtered: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    #: Messages received and not yet acknowledged (Pub/Sub's API has no backlog count).
+    lag: int | None = None
+    last_poll_at: datetime | None = None
+
+
+class HasReaderSpec(Protocol):
+    def reader_spec(self) -> ReaderSpec: ...
+
+
+class Pullers:
+    """The daemon's pullers, one per subscription (and connection), and the watchers it
+    expects to read each: a message is acknowledged only once each of them is done with it."""
+
+    def __init__(self) -> None:
+        self._pullers: dict[str, Puller] = {}
+        self._expected: dict[str, set[str]] = {}
+
+    def keep(self, readers: Iterable[HasReaderSpec]) -> None:
+        """The readers (PubSubTriggers) the daemon runs now."""
+        expected: dict[str, set[str]] = {}
+        for reader in readers:
+            spec = reader.reader_spec()
+            expected.setdefault(spec.source_key, set()).add(spec.key)
+        self._expected = expected
+
+    async def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
+        """Read the subscription of ``spec`` through its puller (opened by its first reader)."""
+        key = spec.source_key
+        puller = self._pullers.get(key)
+        if puller is not None and not puller.done:
+            return puller.join(spec, stats)
+        puller = self._pullers[key] = Puller(spec, expected=lambda: self._expected.get(key, set()))
+        reader = puller.join(spec, stats)
+        await puller.open()
+        return reader
+
+
+@dataclasses.dataclass(eq=False)
+class _Held:
+    """A received message not yet settled."""
+
+    ack_id: str
+    message_id: str
+    owners: int = 0
+    dispatching: bool = True
+    failed: bool = False
+    missed: bool = False
+    settled: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failure:
+    error: BaseException
+
+
+@dataclasses.dataclass(eq=False)
+class Reader:
+    """One reader's end of a puller: its events, oldest first, and those not acked yet."""
+
+    puller: Puller
+    spec: ReaderSpec
+    stats: ReaderStats
+    buffer: int
+    events: asyncio.Queue[TriggerEvent | _Failure] = dataclasses.field(
+        default_factory=asyncio.Queue
+    )
+    slots: asyncio.Semaphore = dataclasses.field(init=False)
+    unacked: dict[object, _Held] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.slots = asyncio.Semaphore(self.buffer)
+
+    async def next_event(self) -> TriggerEvent:
+        """The reader's next event; raises what stopped the puller."""
+        item = await self.events.get()
+        if isinstance(item, _Failure):
+            raise item.error
+        self.slots.release()
+        return item
+
+    async def leave(self) -> None:
+        """The reader stopped: its unacked messages are nacked; the last reader closes."""
+        await self.puller.leave(self)
+
+
+class Clients:
+    """The GAPIC asyncio clients of one puller or sender, and how to close them."""
+
+    def __init__(
+        self,
+        subscriber: SubscriberAsyncClient,
+        publisher: PublisherAsyncClient | None,
+        close: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.subscriber = subscriber
+        self.publisher = publisher
+        self.aclose = close
+
+
+async def connect(
+    emulator_host: str | None, connection: str | None, *, publisher: bool = False
+) -> Clients:
+    """The clients for the emulator at ``emulator_host`` (else ``$PUBSUB_EMULATOR_HOST``) on an
+    insecure channel, else for Pub/Sub with the connection's ``credentials_file`` (a service
+    account's JSON key), else with the application default credentials."""
+    subscriber_module = require("google.pubsub_v1.services.subscriber", "pubsub")
+    publisher_module = require("google.pubsub_v1.services.publisher", "pubsub")
+    settings = get_connection(connection) if connection is not None else {}
+    unknown = set(settings) - CONNECTION_KEYS
+    if unknown:
+        raise ValueError(
+            f"connection {connection!r} has settings the Pub/Sub watcher does not know: "
+            f"{', '.join(sorted(unknown))}; valid: {', '.join(sorted(CONNECTION_KEYS))}"
+        )
+    host = emulator_host or os.environ.get("PUBSUB_EMULATOR_HOST") or None
+    if host is not None:
+        # The GAPIC asyncio clients ignore PUBSUB_EMULATOR_HOST: they are handed the channel.
+        grpc = require("grpc", "pubsub")
+        channel = grpc.aio.insecure_channel(host)
+        transports = subscriber_module.transports, publisher_module.transports
+        subscriber = subscriber_module.SubscriberAsyncClient(
+            transport=transports[0].SubscriberGrpcAsyncIOTransport(channel=channel)
+        )
+        sender = None
+        if publisher:
+            sender = publisher_module.PublisherAsyncClient(
+                transport=transports[1].PublisherGrpcAsyncIOTransport(channel=channel)
+            )
+        return Clients(subscriber, sender, channel.close)
+    # Reading a key file, or asking a metadata server, blocks: not on the event loop.
+    credentials = await asyncio.to_thread(_credentials, settings.get("credentials_file"))
+    subscriber = subscriber_module.SubscriberAsyncClient(credentials=credentials)
+    sender = publisher_module.PublisherAsyncClient(credentials=credentials) if publisher else None
+
+    async def close() -> None:
+        await subscriber.transport.close()
+        if sender is not None:
+            await sender.transport.close()
+
+    return Clients(subscriber, sender, close)
+
+
+def _credentials(credentials_file: str | None) -> Any:
+    if credentials_file is not None:
+        service_account = require("google.oauth2.service_account", "pubsub")
+        try:
+            return service_account.Credentials.from_service_account_file(
+                credentials_file, scopes=SCOPES
+            )
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"credentials_file {credentials_file!r} is not a service account's JSON key: "
+                f"{error}"
+            ) from None
+    google_auth = require("google.auth", "pubsub")
+    exceptions = require("google.auth.exceptions", "pubsub")
+    try:
+        credentials, _ = google_auth.default(scopes=SCOPES)
+    except exceptions.DefaultCredentialsError as error:
+        raise ValueError(
+            "no Google credentials: name a connection with credentials_file (a service "
+            "account's JSON key), set up application default credentials, or give "
+            f"emulator_host / PUBSUB_EMULATOR_HOST for the emulator ({error})"
+        ) from None
+    return credentials
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a call's error is worth a retry (the service away or busy for a moment)."""
+    code = getattr(error, "grpc_status_code", None)
+    return code is not None and code.name in TRANSIENT_CODES
+
+
+def missing(subscription: str) -> MissingSubscription:
+    return MissingSubscription(
+        f"Pub/Sub subscription {subscription!r} does not exist: create it (on its topic) "
+        "before a watcher reads it; the watcher creates none"
+    )
+
+
+class Puller:
+    """The pull loops of one subscription, handing each message to its readers, and the acks,
+    nacks and deadline extensions they share."""
+
+    def __init__(self, spec: ReaderSpec, *, expected: Callable[[], set[str]]) -> None:
+        self._spec = spec
+        self._expected = expected
+        self._subscription = spec.subscription
+        self._name = spec.subscription.rsplit("/", 1)[-1]
+        self._log = log.bind(subscription=spec.subscription)
+        self._readers: dict[str, Reader] = {}
+        self._joined = asyncio.Event()
+        self._held: dict[str, _Held] = {}
+        self._acks: list[str] = []
+        self._nacks: list[str] = []
+        self._settling = asyncio.Event()
+        self._deliveries: dict[str, int] = {}
+        self._clients: Clients | None = None
+        self._ack_deadline_s = self._subscription_deadline_s = 10
+        self._dead_letter_topic: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        #: Failed or closed: the next reader to join opens a new puller.
+        self.done = False
+
+    def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
+        old = self._readers.get(spec.key)
+        if old is not None:  # an instance the daemon gave up on: the new one takes its place
+            self._drop(old)
+        reader = self._readers[spec.key] = Reader(self, spec, stats, self._spec.max_messages)
+        self._joined.set()
+        return reader
+
+    async def open(self) -> None:
+        try:
+            self._clients = await connect(self._spec.emulator_host, self._spec.connection)
+            subscription = await self._call_retrying(
+                "get_subscription", subscription=self._subscription
+            )
+        except BaseException as error:
+            self.done = self._closed = True
+            if self._clients is not None:
+                await self._clients.aclose()
+            for reader in self._readers.values():
+                reader.events.put_nowait(_Failure(error))
+            raise
+        self._subscription_deadline_s = subscription.ack_deadline_seconds or 10
+        self._ack_deadline_s = self._spec.ack_deadline_s or self._subscription_deadline_s
+        self._dead_letter_topic = subscription.dead_letter_policy.dead_letter_topic or None
+        self._tasks = [
+            self._spawn(self._pull_loop(), f"pubsub-pull-{number}")
+            for number in range(self._spec.pullers)
+        ]
+        self._tasks += [
+            self._spawn(self._settle_loop(), "pubsub-ack"),
+            self._spawn(self._extend_loop(), "pubsub-extend"),
+        ]
+        self._log.info(
+            "pubsub_watcher_started",
+            topic=subscription.topic,
+            ack_deadline_s=self._ack_deadline_s,
+            dead_letter_topic=self._dead_letter_topic,
+            max_deliveries=None if self._dead_letter_topic else self._spec.max_deliveries,
+        )
+
+    async def leave(self, reader: Reader) -> None:
+        if self._readers.get(reader.spec.key) is not reader:
+            return
+        if len(self._readers) == 1:
+            await self.close()
+        self._drop(reader)
+
+    def _drop(self, reader: Reader) -> None:
+        """Stop handing ``reader`` messages; those of its events not yet acked are nacked."""
+        del self._readers[reader.spec.key]
+        unacked, reader.unacked = reader.unacked, {}
+        for _ in range(reader.buffer):
+            reader.slots.release()  # a pull loop waiting for room goes on without it
+        for held in unacked.values():
+            held.owners -= 1
+            held.failed = True
+            self._settle(held)
+
+    async def close(self) -> None:
+        """Stop pulling, send the acks due, nack what is held, close the clients."""
+        if self._closed:
+            return
+        self.done = self._closed = True
+        *pulls, settle_loop, extend_loop = self._tasks
+        await _cancel_and_wait(pulls)
+        try:
+            async with asyncio.timeout(CLEANUP_TIMEOUT_S):
+                await _cancel_and_wait([settle_loop, extend_loop])
+                self._nacks += [held.ack_id for held in self._held.values()]
+                self._held.clear()
+                await self._send_settled()
+        except TimeoutError:
+            self._log.warning("pubsub_cleanup_timed_out", acks=len(self._acks))
+        finally:
+            if self._clients is not None:
+                await self._clients.aclose()
+        self._log.info("pubsub_watcher_stopped")
+
+    # -- pulling and handing out
+
+    async def _pull_loop(self) -> None:
+        await self._all_joined()
+        while True:
+            response = await self._call_retrying(
+                "pull",
+                subscription=self._subscription,
+                max_messages=self._spec.max_messages,
+                call_timeout_s=PULL_TIMEOUT_S,
+                empty_on_deadline=True,
+            )
+            now = datetime.now(UTC)
+            for reader in self._readers.values():
+                reader.stats.last_poll_at = now
+            received = [] if response is None else type(response).pb(response).received_messages
+            if not received:
+                self._set_lag()
+                continue
+            held = [self._hold(message) for message in received]
+            if self._expected() - set(self._readers):
+                for entry in held:
+                    entry.missed = True  # a watcher of the subscription is not running now
+            self._set_lag()
+            for reader in list(self._readers.values()):
+                await self._hand(reader, received, held)
+            for entry in held:
+                entry.dispatching = False
+                self._settle(entry)
+
+    def _hold(self, received: Any) -> _Held:
+        message_id = received.message.message_id
+        entry = self._held[received.ack_id] = _Held(received.ack_id, message_id)
+        if self._dead_letter_topic is None:
+            self._deliveries[message_id] = self._deliveries.pop(message_id, 0) + 1
+            if len(self._deliveries) > MAX_COUNTED:
+                del self._deliveries[next(iter(self._deliveries))]
+        return entry
+
+    async def _all_joined(self) -> None:
+        """Wait (a little) for the watchers expected on the subscription, so none misses the
+        first messages."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(JOIN_WAIT_S):
+                while self._expected() - set(self._readers):
+                    self._joined.clear()
+                    await self._joined.wait()
+
+    async def _hand(self, reader: Reader, received: Any, held: list[_Held]) -> None:
+        reader.stats.received += len(held)
+        for message, entry in zip(received, held, strict=True):
+            token = object()
+            event = self._event_of(reader, message, entry, self._ack_of(reader, token, entry))
+            if event is None:
+                continue
+            await reader.slots.acquire()
+            if self._readers.get(reader.spec.key) is not reader:
+                entry.failed = True  # it left meanwhile: the message comes back for it
+                continue
+            entry.owners += 1
+            reader.unacked[token] = entry
+            reader.events.put_nowait(event)
+
+    def _event_of(
+        self, reader: Reader, message: Any, entry: _Held, ack: Callable[[], Awaitable[None]]
+    ) -> TriggerEvent | None:
+        """The reader's event of ``message``; ``None`` when filtered, or failing again."""
+        dedup_key = f"{self._name}/{entry.message_id}"
+        timestamp = message.message.publish_time
+        sent_at = timestamp.seconds + timestamp.nanos / 1e9
+        try:
+            prepared = reader.spec.prepare(message)
+        # A user's apply_function may raise anything: a bad message must not stop the watcher;
+        # it is nacked, then dead-lettered with the reason.
+        except Exception as error:  # noqa: BLE001
+            reader.stats.failed += 1
+            reason = self._give_up(entry, error)
+            if reason is None:
+                entry.failed = True
+                return None
+            reader.stats.dead_lettered += 1
+            payload = message_payload(message)
+            return TriggerEvent.of_decoded_json(
+                payload, dedup_key=dedup_key, ack=ack, sent_at=sent_at, dead_letter=reason
+            )
+        if prepared is None:
+            reader.stats.filtered += 1
+            return None
+        reader.stats.events += 1
+        payload, partition_key = prepared
+        # prepare() checked what an apply_function returned: the rest is decoded JSON.
+        return TriggerEvent.of_decoded_json(
+            payload, dedup_key=dedup_key, ack=ack, partition_key=partition_key, sent_at=sent_at
+        )
+
+    def _ack_of(self, reader: Reader, token: object, entry: _Held) -> Callable[[], Awaitable[None]]:
+        async def ack() -> None:
+            if reader.unacked.pop(token, None) is None:
+                return  # acked already, or its reader left and the message comes back for it
+            entry.owners -= 1
+            self._settle(entry)
+
+        return ack
+
+    def _give_up(self, entry: _Held, error: Exception) -> str | None:
+        """The dead-letter reason once the message has failed ``max_deliveries`` times here;
+        ``None`` while it is to be delivered again (always, under a dead-letter policy)."""
+        deliveries = self._deliveries.get(entry.message_id, 0)
+        self._log.warning(
+            "pubsub_message_failed",
+            message_id=entry.message_id,
+            deliveries=deliveries or None,
+            dead_letter_topic=self._dead_letter_topic,
+            error=f"{type(error).__name__}: {error}",
+        )
+        if self._dead_letter_topic is not None or deliveries < self._spec.max_deliveries:
+            return None
+        return (
+            f"{type(error).__name__}: {error} (delivered {deliveries} times, "
+            f"max_deliveries={self._spec.max_deliveries})"
+        )
+
+    def _settle(self, entry: _Held) -> None:
+        """Once every reader is done with the message: ack it, nack it, or let it lapse."""
+        if entry.dispatching or entry.owners or entry.settled:
+            return
+        entry.settled = True
+        if self._held.pop(entry.ack_id, None) is None:
+            return  # nacked at close already
+        if entry.failed:
+            self._nacks.append(entry.ack_id)
+        elif entry.missed:
+            pass  # not extended any more: Pub/Sub delivers it again after its deadline
+        else:
+            self._acks.append(entry.ack_id)
+            self._deliveries.pop(entry.message_id, None)
+        self._settling.set()
+        self._set_lag()
+
+    def _set_lag(self) -> None:
+        for reader in self._readers.values():
+            reader.stats.lag = len(self._held)
+
+    # -- acks, nacks and deadlines
+
+    async def _settle_loop(self) -> None:
+        while True:
+            await self._settling.wait()
+            self._settling.clear()
+            await self._send_settled()
+
+    async def _send_settled(self) -> None:
+        """Send the acks and nacks due. Each leaves its list once sent: a send cancelled at
+        close is sent again (an ack id acked twice is no error)."""
+        while self._acks:
+            chunk = self._acks[:ACK_IDS_PER_CALL]
+            await self._call_retrying("acknowledge", subscription=self._subscription, ack_ids=chunk)
+            del self._acks[: len(chunk)]
+        while self._nacks:
+            chunk = self._nacks[:ACK_IDS_PER_CALL]
+            await self._call_retrying(
+                "modify_ack_deadline",
+                subscription=self._subscription,
+                ack_ids=chunk,
+                ack_deadline_seconds=0,
+            )
+            del self._nacks[: len(chunk)]
+
+    async def _extend_loop(self) -> None:
+        """Every third of the deadline (the shorter of the subscription's and ours), extend the
+        deadline of every message held."""
+        while True:
+            await asyncio.sleep(min(self._ack_deadline_s, self._subscription_deadline_s) / 3)
+            held = [held.ack_id for held in self._held.values() if not held.missed]
+            for chunk in _chunks(held):
+                await self._call_retrying(
+                    "modify_ack_deadline",
+                    subscription=self._subscription,
+                    ack_ids=chunk,
+                    ack_deadline_seconds=self._ack_deadline_s,
+                )
+
+    async def _call_retrying(
+        self,
+        method: str,
+        *,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        empty_on_deadline: bool = False,
+        **request: Any,
+    ) -> Any:
+        """Call the subscriber, retrying with backoff while Pub/Sub is away; a missing
+        subscription is a :class:`MissingSubscription`."""
+        exceptions = require("google.api_core.exceptions", "pubsub")
+        assert self._clients is not None  # noqa: S101 - set by open() before any call
+        call = getattr(self._clients.subscriber, method)
+        backoff = Backoff(max_s=BACKOFF_MAX_S)
+        while True:
+            try:
+                return await call(request=request, retry=None, timeout=call_timeout_s)
+            except exceptions.NotFound:
+                raise missing(self._subscription) from None
+            except exceptions.GoogleAPICallError as error:
+                if empty_on_deadline and isinstance(error, exceptions.DeadlineExceeded):
+                    return None  # a pull that found nothing in its time
+                if not is_transient(error):
+                    raise
+                self._log.warning(
+                    "pubsub_call_retry", call=method, error=f"{type(error).__name__}: {error}"
+                )
+                await backoff.wait()
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.create_task(coroutine, name=name)
+        task.add_done_callback(self._on_task_done)
+        return task
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self.done = True  # its readers fail; the next to join opens a new puller
+            for reader in self._readers.values():
+                reader.events.put_nowait(_Failure(error))
+
+
+def _chunks(ack_ids: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
+        yield ack_ids[start : start + ACK_IDS_PER_CALL]
+
+
+async def _cancel_and_wait(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait for them; their own errors were already reported."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
