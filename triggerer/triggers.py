@@ -39,6 +39,12 @@ class TriggerEvent:
     then acks it. A trigger yields one for a message it gives up on (delivered too many times,
     its processing failing each time) where the broker has no dead-letter queue of its own.
 
+    ``checkpoint``, ``(key, position)``, is where a source without acks (a Kinesis shard) has
+    been read up to: the daemon stores it in the same transaction as the event (or its dead
+    letter), where :func:`triggerer.checkpoints.stored_positions` finds it when the trigger
+    starts again. ``key`` names the place read (``kinesis/<stream>/<reader>/<shard>``), at most
+    1,500 characters; ``position`` is a non-negative decimal integer as text, of any length
+    (a Kinesis sequence number), and a stored position never moves back.
     """
 
     payload: Any
@@ -47,9 +53,12 @@ class TriggerEvent:
     partition_key: str | None = dataclasses.field(default=None, kw_only=True)
     sent_at: float | None = dataclasses.field(default=None, kw_only=True)
     dead_letter: str | None = dataclasses.field(default=None, kw_only=True)
+    checkpoint: tuple[str, str] | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         check_json(self.payload, "TriggerEvent payload")
+        if self.checkpoint is not None:
+            check_checkpoint(self.checkpoint)
 
     @classmethod
     def of_decoded_json(
@@ -61,6 +70,7 @@ class TriggerEvent:
         partition_key: str | None = None,
         sent_at: float | None = None,
         dead_letter: str | None = None,
+        checkpoint: tuple[str, str] | None = None,
     ) -> TriggerEvent:
         """An event whose payload holds only values decoded from JSON text, so is not checked.
 
@@ -75,7 +85,32 @@ class TriggerEvent:
         set_field(event, "partition_key", partition_key)
         set_field(event, "sent_at", sent_at)
         set_field(event, "dead_letter", dead_letter)
+        set_field(event, "checkpoint", checkpoint)
         return event
+
+
+CHECKPOINT_KEY_MAX_CHARS = 1500
+"""Longest key of a :attr:`TriggerEvent.checkpoint` (the store's key column)."""
+
+
+def check_checkpoint(checkpoint: Any) -> None:
+    """Raise ``ValueError`` unless ``checkpoint`` is ``(key, position)``: a key of 1 to
+    ``CHECKPOINT_KEY_MAX_CHARS`` characters without NUL, and a position of decimal digits."""
+    valid = (
+        isinstance(checkpoint, tuple)
+        and len(checkpoint) == 2
+        and isinstance(checkpoint[0], str)
+        and 0 < len(checkpoint[0]) <= CHECKPOINT_KEY_MAX_CHARS
+        and "\x00" not in checkpoint[0]
+        and isinstance(checkpoint[1], str)
+        and checkpoint[1].isascii()
+        and checkpoint[1].isdigit()
+    )
+    if not valid:
+        raise ValueError(
+            f"TriggerEvent checkpoint {checkpoint!r} must be (key, position): a key of 1 to "
+            f"{CHECKPOINT_KEY_MAX_CHARS} characters and a position of decimal digits"
+        )
 
 
 class WatchedAsset(Protocol):

@@ -27,6 +27,10 @@ BUILT_IN = {
     "sqs": "watchers.sqs:PROVIDER",
     "https": "watchers.sqs:PROVIDER",  # an SQS queue URL
     "http": "watchers.sqs:PROVIDER",  # an SQS queue URL on a local endpoint
+    "kinesis": "watchers.kinesis:PROVIDER",
+    "pubsub": "watchers.pubsub:PROVIDER",
+    "redis+stream": "watchers.redis_streams:PROVIDER",
+    "redis+pubsub": "watchers.redis_pubsub:PROVIDER",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -13,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service import metrics
+from triggerer.service.checkpoints import furthest, record_checkpoints
 from triggerer.service.daemon.backoff import until_stored
 from triggerer.service.daemon.registry import WatchedTrigger
 from triggerer.service.dead_letters import (
@@ -30,6 +32,8 @@ log = structlog.get_logger(__name__)
 
 Delivery = tuple[WatchedTrigger, TriggerEvent]
 
+_Also = Callable[[AsyncSession], Awaitable[None]]
+"""More to write in a batch's transaction (its checkpoints)."""
 _Item = TypeVar("_Item")
 _Written = TypeVar("_Written")
 
@@ -50,6 +54,12 @@ class Ingest:
     found before writing or, when the database refuses a batch, by splitting the batch, and is
     kept in the dead-letter table with the reason; its message is acked with the others. So is
     an event its trigger gave up on (``TriggerEvent.dead_letter``).
+
+    The checkpoints the batch's events carry (``TriggerEvent.checkpoint``: a Kinesis shard's
+    sequence number) are stored in its last transaction, with its events (or with its dead
+    letters, when it has some), so a watcher that starts again reads on after exactly what is
+    stored. Batches that carry one key commit in the order they were formed: a later batch
+    committed first could store a position past events that a crash then loses.
     """
 
     def __init__(
@@ -64,6 +74,8 @@ class Ingest:
         self._on_recorded = on_recorded
         self._batch_size = batch_size
         self._commit_slots = anyio.Semaphore(commits_in_flight)
+        # By checkpoint key, the commit of the last batch formed that carries it.
+        self._committed: dict[str, anyio.Event] = {}
         # Totals since start, read by the benchmarks and tests (metrics count them too).
         self.events_recorded = 0
         self.duplicates = 0
@@ -83,13 +95,26 @@ class Ingest:
                         batch.append(deliveries.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                commits.start_soon(self._commit_and_ack, batch)
+                keys = {event.checkpoint[0] for _, event in batch if event.checkpoint}
+                earlier = {self._committed[key] for key in keys if key in self._committed}
+                committed = anyio.Event()
+                self._committed.update(dict.fromkeys(keys, committed))
+                commits.start_soon(self._commit_and_ack, batch, earlier, committed)
 
-    async def _commit_and_ack(self, batch: list[Delivery]) -> None:
+    async def _commit_and_ack(
+        self, batch: list[Delivery], earlier: set[anyio.Event], committed: anyio.Event
+    ) -> None:
         # Once events are taken off the stream, finish them even during shutdown.
         with anyio.CancelScope(shield=True):
             try:
+                for commit in earlier:  # the batches before it of its checkpoint keys
+                    await commit.wait()
                 await self._commit(batch)
+            finally:
+                committed.set()
+                for key in [key for key, last in self._committed.items() if last is committed]:
+                    del self._committed[key]
+            try:
                 await _ack(batch)
             finally:
                 self._commit_slots.release()
@@ -113,10 +138,22 @@ class Ingest:
                     storable.append(new_event)
                 else:
                     letters.append(Unstorable(new_event, reason))
-        written, rejected = await self._write_bisecting(_record, storable)
+        positions = furthest(event.checkpoint for _, event in batch if event.checkpoint)
+        # The positions go in the batch's last transaction: with its events, unless it has
+        # dead letters; when it had to be split, on their own after every part.
+        pending: _Also | None = (
+            functools.partial(record_checkpoints, positions=positions) if positions else None
+        )
+        written, rejected, whole = await self._write_bisecting(
+            _record, storable, also=None if letters else pending
+        )
+        if whole:
+            pending = None
         letters += [Unstorable(event, reason) for event, reason in rejected]
-        if letters:
-            await self._dead_letter(letters)
+        if letters and await self._dead_letter(letters, also=pending):
+            pending = None
+        if pending is not None:
+            await self._record_positions(pending, positions)
         metrics.committed([event.sent_at for _, event in batch], anyio.current_time() - started)
         for part, stored in written:
             self.events_recorded += len(part.events)
@@ -127,7 +164,18 @@ class Ingest:
                 )
             self._on_recorded(part)
 
-    async def _dead_letter(self, letters: list[Unstorable]) -> None:
+    async def _record_positions(self, write: _Also, positions: dict[str, str]) -> None:
+        async def record(session: AsyncSession, _: list[None]) -> None:
+            await write(session)
+
+        try:
+            await self._write(record, [])
+        except DBAPIError as error:  # checked when made, so not expected: the source rereads
+            log.error("checkpoints_rejected", positions=positions, error=rejection_reason(error))
+
+    async def _dead_letter(self, letters: list[Unstorable], *, also: _Also | None) -> bool:
+        """Store ``letters`` (with ``also`` in their transaction when they fit in one: then
+        True)."""
         for letter in letters:
             log.warning(
                 "event_dead_lettered",
@@ -136,7 +184,7 @@ class Ingest:
                 dedup_key=letter.event.dedup_key,
                 reason=letter.reason,
             )
-        inserted, lost = await self._write_bisecting(record_dead_letters, letters)
+        inserted, lost, whole = await self._write_bisecting(record_dead_letters, letters, also=also)
         self.dead_letters += sum(inserted)
         metrics.DEAD_LETTERS.inc(sum(inserted))
         for letter, error in lost:
@@ -152,41 +200,57 @@ class Ingest:
                 error=error,
                 extra=letter.event.extra,
             )
+        return whole
 
     async def _write_bisecting(
-        self, write: Callable[[AsyncSession, list[_Item]], Awaitable[_Written]], items: list[_Item]
-    ) -> tuple[list[_Written], list[tuple[_Item, str]]]:
+        self,
+        write: Callable[[AsyncSession, list[_Item]], Awaitable[_Written]],
+        items: list[_Item],
+        *,
+        also: _Also | None = None,
+    ) -> tuple[list[_Written], list[tuple[_Item, str]], bool]:
         """Write ``items`` in one transaction; when the store rejects their data, write each
         half on its own, down to the single items it rejects.
 
-        Returns what each committed transaction's ``write`` returned, and the items rejected
-        with the database's reason. A batch with one bad item among n costs about 2 log2(n)
-        transactions more than a good one.
+        Returns what each committed transaction's ``write`` returned, the items rejected with
+        the database's reason, and whether ``also`` was written: it joins the transaction of
+        all ``items`` at once, not those of its parts. A batch with one bad item among n costs
+        about 2 log2(n) transactions more than a good one.
         """
         written: list[_Written] = []
         rejected: list[tuple[_Item, str]] = []
         parts = [items] if items else []
+        whole = False
         while parts:
             part = parts.pop()
             try:
-                written.append(await self._write(write, part))
+                written.append(await self._write(write, part, also=also if part is items else None))
+                whole = whole or (also is not None and part is items)
             except DBAPIError as error:  # a rejection: _write retries the other errors
                 if len(part) == 1:
                     rejected.append((part[0], rejection_reason(error)))
                 else:
                     middle = len(part) // 2
                     parts += [part[middle:], part[:middle]]
-        return written, rejected
+        return written, rejected, whole
 
     async def _write(
-        self, write: Callable[[AsyncSession, list[_Item]], Awaitable[_Written]], items: list[_Item]
+        self,
+        write: Callable[[AsyncSession, list[_Item]], Awaitable[_Written]],
+        items: list[_Item],
+        *,
+        also: _Also | None = None,
     ) -> _Written:
-        """Commit ``write(session, items)``, retrying with backoff until the store answers;
-        its rejection of the data is raised (the caller splits the batch)."""
+        """Commit ``write(session, items)`` (then ``also(session)``, in the same transaction),
+        retrying with backoff until the store answers; its rejection of the data is raised (the
+        caller splits the batch)."""
 
         async def once() -> _Written:
             async with self._sessions.begin() as session:
-                return await write(session, items)
+                result = await write(session, items)
+                if also is not None:
+                    await also(session)
+                return result
 
         return await until_stored(once, during="ingest")
 

@@ -24,6 +24,8 @@ import structlog
 from sqlalchemy import delete, func, make_url, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from triggerer import checkpoints
+from triggerer.service import checkpoints as stored_checkpoints
 from triggerer.service import metrics
 from triggerer.service.config import ConfigError
 from triggerer.service.daemon.backoff import keep_running, until_stored
@@ -68,6 +70,8 @@ class Service:
     def __init__(self, settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.settings = settings
         self.sessions = sessions
+        # Triggers of sources without acks (Kinesis) read their stored positions from here.
+        checkpoints.read_from(stored_checkpoints.reader(sessions))
         self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.registry = Registry({}, {}, {}, {}, {})
         send, self._receive = anyio.create_memory_object_stream[Delivery](DELIVERY_BUFFER)

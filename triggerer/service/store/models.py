@@ -14,6 +14,8 @@ Invariants the database enforces, so that no code path can break them:
   pipeline, however many schedulers race for it; a re-run links the same events again.
 - ``replay_event (pipeline_id, event_id)`` is a key: an event is replayed for a pipeline at most
   once, so replaying a range twice queues nothing new.
+- ``source_checkpoint.key`` is a key: one stored position per place a trigger reads (a
+  Kinesis shard), written with the events read up to it and never moved back.
 - Foreign keys hold on SQLite too (``PRAGMA foreign_keys=ON``, see
   :mod:`triggerer.service.store.engine`).
 
@@ -324,6 +326,24 @@ class DeadLetter(Base):
     payload: Mapped[str] = mapped_column(Text)
     reason: Mapped[str] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class SourceCheckpoint(Base):
+    """How far a trigger of a source without acks has read one place of it (a Kinesis shard,
+    under the name its watcher reads as): written in the transaction of the events read up to
+    it (:attr:`triggerer.triggers.TriggerEvent.checkpoint`), and read by the trigger when it
+    starts (:mod:`triggerer.checkpoints`).
+
+    ``position`` is a non-negative decimal integer as text, of any length (Kinesis sequence
+    numbers have up to 129 digits); an update that would move it back is not made. No foreign
+    key: the place outlives the trigger row, so a watcher edited or re-added reads on.
+    """
+
+    __tablename__ = "source_checkpoint"
+
+    key: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    position: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class AssetEventAlias(Base):

@@ -1,0 +1,159 @@
+"""Kinesis (``kinesis://``) on moto through ``triggerer run``: the provider contract.
+
+Exactly-once across a kill -9 comes from the shard positions the daemon stores with the events:
+the restarted watcher reads each shard after its stored position, and what it reads again
+(events of a batch that committed after its position was read back) is absorbed by the dedup
+keys.
+
+The broker restart: moto keeps streams in memory, so a restarted moto has lost the stream, and
+a stream made again restarts its sequence numbers (new records under the keys of old ones);
+a real Kinesis endpoint loses nothing when a connection drops. So the "private broker" is a
+TCP proxy in front of the shared moto, which ``restart()`` stops (every connection cut, the
+port refusing) and starts again on the same port: the watcher must meet the endpoint
+unreachable, retry with backoff (``kinesis_call_failed``), reconnect and lose nothing. What it
+cannot show is a Kinesis that comes back having lost data, which the real one does not do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from tests.e2e.providers.contract import Broker, PrivateBroker, ProviderContract, Source
+from tests.fixtures.kinesis import create_stream
+from watchers.kinesis import send
+
+
+class MotoKinesis(Broker):
+    """Streams on the shared moto server, reached at ``endpoint`` (moto, or a proxy of it)."""
+
+    def __init__(self, moto_server: str, endpoint: str | None = None) -> None:
+        self.moto_server = moto_server
+        self.endpoint = endpoint or moto_server
+
+    async def source(self) -> Source:
+        from aiobotocore.session import get_session
+
+        stream = f"stream-{uuid.uuid4().hex[:12]}"
+        async with get_session().create_client("kinesis", endpoint_url=self.moto_server) as client:
+            await create_stream(client, stream, shards=2)
+        posting = f"kinesis://{stream}?endpoint_url={self.moto_server}&region=us-east-1"
+
+        async def post(bodies: Sequence[str]) -> None:
+            await send(posting, list(bodies))
+
+        return Source(
+            uri=f"kinesis://{stream}?endpoint_url={self.endpoint}&region=us-east-1",
+            send=post,
+            options={"poll_interval_s": 0.2},
+        )
+
+    def bad_uris(self) -> list[tuple[str, str]]:
+        return [
+            ("kinesis://bad*stream", "bad*stream"),
+            ("kinesis://user:secret@orders", "connection="),
+            ("kinesis://orders?shards=2", "shards"),
+        ]
+
+
+class Proxy:
+    """A TCP proxy on a port of its own to ``target`` (host, port), in threads."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        with contextlib.closing(socket.socket()) as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._server: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            with contextlib.suppress(OSError):
+                server.shutdown(socket.SHUT_RDWR)
+            server.close()
+        with self._lock:
+            connections, self._open = self._open, set()
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # stopped
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open |= {client, upstream}
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+
+class ProxiedKinesis(MotoKinesis, PrivateBroker):
+    """The shared moto behind a proxy of the test's own, which :meth:`restart` cuts."""
+
+    def __init__(self, moto_server: str, proxy: Proxy) -> None:
+        super().__init__(moto_server, f"http://127.0.0.1:{proxy.port}")
+        self.proxy = proxy
+
+    async def restart(self) -> None:
+        import anyio
+
+        self.proxy.stop()
+        await anyio.sleep(3)  # long enough for the watcher to fail calls and back off
+        self.proxy.start()
+
+
+@pytest.fixture
+def broker(moto_server: str) -> Broker:
+    return MotoKinesis(moto_server)
+
+
+@pytest.fixture
+def private_broker(moto_server: str) -> Iterator[PrivateBroker]:
+    parts = urllib.parse.urlsplit(moto_server)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    proxy = Proxy((parts.hostname, parts.port))
+    proxy.start()
+    try:
+        yield ProxiedKinesis(moto_server, proxy)
+    finally:
+        proxy.stop()
+
+
+class TestKinesisContract(ProviderContract):
+    """The contract on Kinesis (moto)."""

@@ -1,0 +1,209 @@
+"""Stored positions of sources without acks (Kinesis), on SQLite and PostgreSQL: the migration,
+the upsert that never moves a position back, the reads by prefix, and ingest writing each
+batch's positions with its events, in the order the batches were formed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio
+import pytest
+from alembic import command
+from sqlalchemy import Connection, func, inspect, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from triggerer import checkpoints
+from triggerer.service import checkpoints as stored_checkpoints
+from triggerer.service.checkpoints import furthest, record_checkpoints, stored_positions
+from triggerer.service.daemon import ingest as ingest_module
+from triggerer.service.daemon.ingest import Delivery, Ingest
+from triggerer.service.daemon.registry import WatchedTrigger, sync_definitions
+from triggerer.service.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
+from triggerer.service.loader import load_pipelines
+from triggerer.service.store import create_engine, session_factory, upgrade
+from triggerer.service.store.migrate import alembic_config
+from triggerer.service.store.models import AssetEvent, DeadLetter, SourceCheckpoint
+from triggerer.triggers import TriggerEvent
+
+LONGEST = "9" * 129  # a Kinesis sequence number has up to 129 digits
+PIPELINES = """
+from triggerer import Asset, AssetWatcher
+from watchers import FileTrigger
+
+orders = Asset("orders", watchers=[AssetWatcher("inbox", FileTrigger({inbox!r}))])
+"""
+
+
+async def _tables(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as connection:
+        return await connection.run_sync(lambda sync: set(inspect(sync).get_table_names()))
+
+
+async def test_revision_0012_adds_the_table_and_its_downgrade_removes_it(
+    database_url: str,
+) -> None:
+    await upgrade(database_url, "0011")
+    engine = create_engine(database_url)
+    try:
+        assert "source_checkpoint" not in await _tables(engine)
+        await upgrade(database_url)
+        assert "source_checkpoint" in await _tables(engine)
+        async with session_factory(engine).begin() as session:
+            await record_checkpoints(session, {"kinesis/s/app/shardId-0": "42"})
+        async with engine.connect() as connection:
+            await connection.run_sync(_downgrade, "0011")
+        assert "source_checkpoint" not in await _tables(engine)
+    finally:
+        await engine.dispose()
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
+
+
+async def _record(sessions: async_sessionmaker[AsyncSession], positions: dict[str, str]) -> None:
+    async with sessions.begin() as session:
+        await record_checkpoints(session, positions)
+
+
+async def _stored(sessions: async_sessionmaker[AsyncSession], prefix: str = "") -> dict[str, str]:
+    async with sessions() as session:
+        return await stored_positions(session, prefix)
+
+
+async def test_a_position_moves_only_forward_as_a_number(migrated_engine: AsyncEngine) -> None:
+    sessions = session_factory(migrated_engine)
+    key = "kinesis/orders/app/shardId-000000000000"
+    for position, expected in [
+        ("9", "9"),
+        ("10", "10"),  # longer: further, although "10" < "9" as text
+        ("2", "10"),
+        ("0011", "11"),  # leading zeros do not count
+        ("10", "11"),
+        (LONGEST, LONGEST),
+        ("1" + "0" * 127, LONGEST),
+    ]:
+        await _record(sessions, {key: position})
+        assert await _stored(sessions) == {key: expected}, position
+
+
+async def test_positions_are_read_by_prefix_through_the_sdk(migrated_engine: AsyncEngine) -> None:
+    sessions = session_factory(migrated_engine)
+    await _record(
+        sessions,
+        {
+            "kinesis/orders/app_1/shardId-0": "1",
+            "kinesis/orders/app_1/shardId-1": "2",
+            "kinesis/orders/appX1/shardId-0": "3",  # '_' is not a wildcard
+            "kinesis/orders/app_10/shardId-0": "4",
+            "kinesis/orders/a%/shardId-0": "5",
+        },
+    )
+    previous = checkpoints._reader
+    checkpoints.read_from(stored_checkpoints.reader(sessions))
+    try:
+        assert await checkpoints.stored_positions("kinesis/orders/app_1/") == {
+            "kinesis/orders/app_1/shardId-0": "1",
+            "kinesis/orders/app_1/shardId-1": "2",
+        }
+        assert await checkpoints.stored_positions("kinesis/orders/a%/") == {
+            "kinesis/orders/a%/shardId-0": "5"
+        }
+        assert await checkpoints.stored_position("kinesis/orders/app_10/shardId-0") == "4"
+        assert await checkpoints.stored_position("kinesis/orders/app_10/shardId-9") is None
+    finally:
+        checkpoints.read_from(previous)
+
+
+def test_the_furthest_position_of_each_key() -> None:
+    assert furthest([("a", "9"), ("b", "1"), ("a", "10"), ("a", "010"), ("b", "0")]) == {
+        "a": "10",
+        "b": "1",
+    }
+
+
+def test_a_checkpoint_that_is_not_a_key_and_digits_is_refused() -> None:
+    for bad in [("k", "-1"), ("k", "1e3"), ("", "1"), ("k\x00", "1"), ("k", "\u0661")]:
+        with pytest.raises(ValueError, match="must be \\(key, position\\)"):
+            TriggerEvent({}, checkpoint=bad)
+    TriggerEvent({}, checkpoint=("k" * 1500, LONGEST))
+
+
+async def _watched(sessions: async_sessionmaker[AsyncSession], tmp_path: Path) -> WatchedTrigger:
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "orders.py").write_text(PIPELINES.format(inbox=str(tmp_path / "inbox")))
+    loaded = load_pipelines(folder)
+    assert loaded.errors == []
+    async with sessions.begin() as session:
+        registry = await sync_definitions(session, loaded)
+    (watched,) = registry.triggers.values()
+    return watched
+
+
+KEY = "kinesis/orders/app/shardId-000000000000"
+
+
+def _delivery(watched: WatchedTrigger, n: int, *, dead: bool = False) -> Delivery:
+    return watched, TriggerEvent(
+        {"n": n},
+        dedup_key=f"orders/shardId-000000000000/{n}",
+        checkpoint=(KEY, str(n)),
+        dead_letter="refused" if dead else None,
+    )
+
+
+async def test_ingest_stores_each_batch_position_with_its_events_never_ahead_of_them(
+    migrated_engine: AsyncEngine,
+    db_backend: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With two commits in flight (PostgreSQL), a later batch's position is written only once
+    every earlier event of its key is stored: checked inside each writing transaction."""
+    sessions = session_factory(migrated_engine)
+    watched = await _watched(sessions, tmp_path)
+    checks: list[tuple[str, int]] = []
+
+    async def checked(session: AsyncSession, positions: Mapping[str, str]) -> None:
+        (position,) = positions.values()
+        stored = await session.scalar(select(func.count()).select_from(AssetEvent)) or 0
+        letters = await session.scalar(select(func.count()).select_from(DeadLetter)) or 0
+        checks.append((position, stored + letters))
+        await record_checkpoints(session, positions)
+
+    monkeypatch.setattr(ingest_module, "record_checkpoints", checked)
+    in_flight = POSTGRESQL_COMMITS_IN_FLIGHT if db_backend == "postgresql" else 1
+    ingest = Ingest(sessions, lambda _: None, batch_size=50, commits_in_flight=in_flight)
+    send, receive = anyio.create_memory_object_stream[Delivery](1000)
+    with send:
+        for n in range(1, 501):
+            # Each tenth batch holds a dead letter: its position goes with the letters.
+            send.send_nowait(_delivery(watched, n, dead=n % 500 == 250))
+    with anyio.fail_after(60):
+        await ingest.run(receive)
+
+    assert await _stored(sessions) == {KEY: "500"}
+    assert len(checks) == 10
+    # Position n was written in a transaction that saw all n events (or dead letters) up to it.
+    assert all(int(position) <= seen for position, seen in checks), checks
+    async with sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(SourceCheckpoint)) == 1
+
+
+async def test_a_batch_of_dead_letters_alone_moves_the_position(
+    migrated_engine: AsyncEngine, tmp_path: Path
+) -> None:
+    sessions = session_factory(migrated_engine)
+    watched = await _watched(sessions, tmp_path)
+    ingest = Ingest(sessions, lambda _: None, batch_size=10)
+    send, receive = anyio.create_memory_object_stream[Delivery](10)
+    with send:
+        send.send_nowait(_delivery(watched, 7, dead=True))
+    with anyio.fail_after(30):
+        await ingest.run(receive)
+    assert await _stored(sessions) == {KEY: "7"}
+    assert ingest.dead_letters == 1
