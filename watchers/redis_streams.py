@@ -1,5 +1,6 @@
 """RedisStreamTrigger: a Redis stream read in a consumer group, each entry acknowledged (XACK)
-only after its event is stored; ``PROVIDER`` reads ``redis+stream://`` URIs."""
+only after its event is stored; ``PROVIDER`` reads ``redis+stream://`` URIs. The group I/O
+(reads, claims, acks) is :class:`~watchers.redis_stream_group.StreamGroupReader`'s."""
 
 from __future__ import annotations
 
@@ -7,13 +8,9 @@ import dataclasses
 import hashlib
 import inspect
 import json
-import os
-import socket
-import time
 from collections.abc import AsyncGenerator, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import anyio
 import structlog
 
 from triggerer.backoff import Backoff
@@ -30,26 +27,13 @@ from watchers.redis_address import (
     parse_redis_uri,
     transient_errors,
 )
-
-if TYPE_CHECKING:
-    import redis.asyncio
+from watchers.redis_stream_group import EntryAck, StreamGroupReader
+from watchers.redis_stream_group import RedisStreamMissing as RedisStreamMissing
 
 log = structlog.get_logger(__name__)
 
 SCHEME = "redis+stream"
 BACKOFF_MAX_S = 10.0
-LAG_INTERVAL_S = 1.0
-#: A consumer of the group with nothing pending, idle this long, is a daemon gone: removed.
-DEAD_CONSUMER_IDLE_MS = 3_600_000
-_CLEANUP_TIMEOUT_S = 5.0
-_LOST_IDS_LOGGED = 20
-
-Entry = tuple[str, dict[bytes, bytes], int]
-"""An entry as read: its id, its fields, and how many times the group has delivered it."""
-
-
-class RedisStreamMissing(LookupError):
-    """The stream to read does not exist (or is another type of key)."""
 
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
@@ -106,16 +90,7 @@ class RedisStreamTrigger(BaseEventTrigger):
     acked: int = dataclasses.field(default=0, init=False)
     lost: int = dataclasses.field(default=0, init=False)
 
-    _redis: redis.asyncio.Redis | None = dataclasses.field(default=None, init=False)
-    _consumer: str = dataclasses.field(default="", init=False)
-    _lag: int | None = dataclasses.field(default=None, init=False)
-    _acks: list[str] = dataclasses.field(default_factory=list, init=False)
-    _in_flight: dict[str, float] = dataclasses.field(default_factory=dict, init=False)
-    _room: anyio.Event | None = dataclasses.field(default=None, init=False)
-    _claim_cursor: str = dataclasses.field(default="0-0", init=False)
-    _next_claim_at: float = dataclasses.field(default=0.0, init=False)
-    _next_refresh_at: float = dataclasses.field(default=0.0, init=False)
-    _next_lag_at: float = dataclasses.field(default=0.0, init=False)
+    _reader: StreamGroupReader = dataclasses.field(init=False)
 
     shareable = True
 
@@ -152,6 +127,17 @@ class RedisStreamTrigger(BaseEventTrigger):
                 f"apply_function={self.apply_function!r} must be a dotted path "
                 "'package.module.function'"
             )
+        self._reader = StreamGroupReader(
+            address=self.address,
+            stream=self.stream,
+            group=self.consumer_group,
+            start_id=self.start_id,
+            min_idle_ms=self.min_idle_ms,
+            block_ms=self.block_ms,
+            batch_size=self.batch_size,
+            max_in_flight=self.max_in_flight,
+            tally=self,
+        )
 
     @property
     def address(self) -> RedisAddress:
@@ -170,9 +156,9 @@ class RedisStreamTrigger(BaseEventTrigger):
     @property
     def lag(self) -> int | None:
         """Entries of the stream the group has not acknowledged: not yet delivered (XINFO
-        GROUPS ``lag``) plus pending; read every ``LAG_INTERVAL_S``. ``None`` while unknown
-        (not read yet, or Redis cannot tell after entries were deleted from the middle)."""
-        return self._lag
+        GROUPS ``lag``) plus pending; read every second (``LAG_INTERVAL_S``). ``None`` while
+        unknown (not read yet, or Redis cannot tell after entries were deleted from the middle)."""
+        return self._reader.lag
 
     def for_watcher(self, asset: WatchedAsset, watcher_name: str) -> RedisStreamTrigger:
         """This trigger with the consumer group named after the watcher, unless ``group`` is
@@ -200,18 +186,18 @@ class RedisStreamTrigger(BaseEventTrigger):
         payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
         response_error = require("redis.exceptions", "redis").ResponseError
         transient = transient_errors()
-        self._consumer = f"{socket.gethostname()}-{os.getpid()}"
-        redis_client = self._redis = client(
-            self.address, self.connection, socket_timeout_s=self.block_ms / 1000 + 10
+        reader = self._reader
+        reader.open(
+            client(self.address, self.connection, socket_timeout_s=self.block_ms / 1000 + 10)
         )
         backoff = Backoff(max_s=BACKOFF_MAX_S)
         ready = False
         while True:
             try:
                 if not ready:
-                    await self._prepare(redis_client)
+                    await reader.prepare()
                     ready = True
-                entries = await self._next_entries(redis_client)
+                entries = await reader.next_entries()
             except transient as error:
                 log.warning(
                     "redis_stream_reconnecting",
@@ -236,188 +222,13 @@ class RedisStreamTrigger(BaseEventTrigger):
             for entry_id, fields, delivered in entries:
                 event = self._handle(entry_id, fields, delivered, apply, payload_filter)
                 if event is not None:
-                    self._in_flight[entry_id] = time.monotonic()
+                    reader.yielded(entry_id)
                     yield event
 
     async def cleanup(self) -> None:
         """Acknowledge what is acknowledged but not yet sent, then close the client;
         idempotent. Entries yielded and not acknowledged stay pending, claimed again later."""
-        redis_client, self._redis = self._redis, None
-        self._in_flight.clear()
-        self._lag = None
-        if redis_client is None:
-            return
-        with anyio.move_on_after(_CLEANUP_TIMEOUT_S, shield=True):
-            try:
-                await self._flush_acks(redis_client)
-            except transient_errors() as error:  # pending: claimed again and deduplicated
-                log.warning("redis_stream_final_ack_failed", stream=self.stream, error=str(error))
-            await redis_client.aclose()
-
-    # -- reading
-
-    async def _prepare(self, redis_client: redis.asyncio.Redis) -> None:
-        """Check that the stream exists, create the group unless it does, and remove the
-        consumers of daemons gone long ago (nothing pending, idle for an hour)."""
-        kind = _text(await redis_client.type(self.stream))
-        if kind == "none":
-            raise RedisStreamMissing(
-                f"Redis stream {self.stream!r} does not exist at {self.address}: create it "
-                "(XADD, or XGROUP CREATE ... MKSTREAM); the watcher does not create streams"
-            )
-        if kind != "stream":
-            raise RedisStreamMissing(
-                f"Redis key {self.stream!r} at {self.address} is a {kind}, not a stream"
-            )
-        try:
-            await redis_client.xgroup_create(self.stream, self.consumer_group, id=self.start_id)
-        except require("redis.exceptions", "redis").ResponseError as error:
-            if not str(error).startswith("BUSYGROUP"):
-                raise
-        else:
-            log.info(
-                "redis_stream_group_created",
-                stream=self.stream,
-                group=self.consumer_group,
-                start_id=self.start_id,
-            )
-        for consumer in await redis_client.xinfo_consumers(self.stream, self.consumer_group):
-            name = consumer["name"].decode()
-            if consumer["pending"] == 0 and consumer["idle"] > DEAD_CONSUMER_IDLE_MS:
-                await redis_client.xgroup_delconsumer(self.stream, self.consumer_group, name)
-        self._claim_cursor, self._next_claim_at = "0-0", 0.0
-        log.info(
-            "redis_stream_reading",
-            stream=self.stream,
-            group=self.consumer_group,
-            consumer=self._consumer,
-        )
-
-    async def _next_entries(self, redis_client: redis.asyncio.Redis) -> list[Entry]:
-        """The next entries to handle: entries pending too long (claimed), else new ones; the
-        acknowledgements gathered meanwhile are sent first."""
-        now = time.monotonic()
-        if now >= self._next_lag_at:
-            await self._read_lag(redis_client)
-            self._next_lag_at = now + LAG_INTERVAL_S
-        if now >= self._next_refresh_at:
-            await self._refresh_in_flight(redis_client)
-            self._next_refresh_at = now + self.min_idle_ms / 3000
-        if now >= self._next_claim_at:
-            await self._flush_acks(redis_client)  # an acked entry is not claimed again
-            claimed = await self._claim(redis_client)
-            if self._claim_cursor == "0-0":  # a pass over the pending entries is complete
-                self._next_claim_at = now + self.min_idle_ms / 2000
-            if claimed:
-                return claimed
-        if len(self._in_flight) >= self.max_in_flight:
-            await self._flush_acks(redis_client)
-            self._room = anyio.Event()
-            with anyio.move_on_after(self.block_ms / 1000):
-                await self._room.wait()
-            self._room = None
-            return []
-        # The acks and the read in one round trip.
-        ids, self._acks = self._acks, []
-        try:
-            async with redis_client.pipeline(transaction=False) as pipe:
-                if ids:
-                    pipe.xack(self.stream, self.consumer_group, *ids)
-                pipe.xreadgroup(
-                    self.consumer_group,
-                    self._consumer,
-                    {self.stream: ">"},
-                    count=self.batch_size,
-                    block=self.block_ms,
-                )
-                answers = await pipe.execute()
-        except BaseException:
-            self._acks = ids + self._acks  # sent again once the server answers
-            raise
-        self.acked += len(ids)
-        self.polled()
-        response: Any = answers[-1]
-        if not response:
-            return []
-        [[_, entries]] = response
-        return [(entry_id.decode(), fields, 1) for entry_id, fields in entries]
-
-    async def _claim(self, redis_client: redis.asyncio.Redis) -> list[Entry]:
-        """One page of XAUTOCLAIM: the group's entries pending for ``min_idle_ms``, now this
-        consumer's, with their delivery counts; counts and logs those trimmed away."""
-        cursor, claimed, deleted = await redis_client.xautoclaim(
-            self.stream,
-            self.consumer_group,
-            self._consumer,
-            self.min_idle_ms,
-            start_id=self._claim_cursor,
-            count=self.batch_size,
-        )
-        self._claim_cursor = cursor.decode()
-        if deleted:
-            self.lost += len(deleted)
-            log.warning(
-                "redis_stream_entries_lost",
-                stream=self.stream,
-                group=self.consumer_group,
-                entries=len(deleted),
-                ids=[entry_id.decode() for entry_id in deleted[:_LOST_IDS_LOGGED]],
-                reason="trimmed or deleted from the stream while pending",
-            )
-        if not claimed:
-            return []
-        async with redis_client.pipeline(transaction=False) as pipe:
-            for entry_id, _ in claimed:
-                pipe.xpending_range(
-                    self.stream, self.consumer_group, entry_id, entry_id, 1, self._consumer
-                )
-            answers = await pipe.execute()
-        delivered = {
-            row["message_id"]: row["times_delivered"] for answer in answers for row in answer
-        }
-        log.info("redis_stream_entries_claimed", stream=self.stream, entries=len(claimed))
-        return [
-            (entry_id.decode(), fields, delivered.get(entry_id, 1)) for entry_id, fields in claimed
-        ]
-
-    async def _refresh_in_flight(self, redis_client: redis.asyncio.Redis) -> None:
-        """Reset the idle time of the entries yielded and not yet acknowledged (XCLAIM JUSTID,
-        which counts no delivery), so that a slow commit does not get them claimed."""
-        stale_before = time.monotonic() - self.min_idle_ms / 3000
-        ids: list[Any] = [entry_id for entry_id, at in self._in_flight.items() if at < stale_before]
-        for start in range(0, len(ids), 1000):
-            await redis_client.xclaim(
-                self.stream,
-                self.consumer_group,
-                self._consumer,
-                0,
-                ids[start : start + 1000],
-                justid=True,
-            )
-
-    async def _read_lag(self, redis_client: redis.asyncio.Redis) -> None:
-        for group in await redis_client.xinfo_groups(self.stream):
-            if group["name"].decode() == self.consumer_group:
-                lag = group.get("lag")
-                self._lag = None if lag is None else lag + group["pending"]
-
-    async def _flush_acks(self, redis_client: redis.asyncio.Redis) -> None:
-        ids, self._acks = self._acks, []
-        if not ids:
-            return
-        try:
-            await redis_client.xack(self.stream, self.consumer_group, *ids)
-        except BaseException:
-            self._acks = ids + self._acks  # sent again once the server answers
-            raise
-        self.acked += len(ids)
-
-    def _acked(self, entry_id: str) -> None:
-        """An event's ack: its entry is acknowledged with the next batch of XACK."""
-        if self._in_flight.pop(entry_id, None) is not None:
-            self._acks.append(entry_id)
-            if self._room is not None:
-                self._room.set()
+        await self._reader.close()
 
     # -- handling one entry
 
@@ -433,7 +244,7 @@ class RedisStreamTrigger(BaseEventTrigger):
         acknowledged) or failed (left pending, to be claimed again)."""
         self.messages += 1
         payload = entry_payload(self.stream, entry_id, fields, self.body_field)
-        ack = _Ack(self, entry_id)
+        ack = EntryAck(self._reader, entry_id)
         key = f"{self.stream}/{entry_id}"
         sent_at = payload["timestamp_ms"] / 1000
         if delivered > self.max_deliveries:
@@ -470,13 +281,13 @@ class RedisStreamTrigger(BaseEventTrigger):
             return None
         if event is None:
             self.filtered += 1
-            self._acks.append(entry_id)
+            self._reader.skipped(entry_id)
             return None
         self.events += 1
         return event
 
     def _dead_letter(
-        self, payload: dict[str, Any], key: str, ack: _Ack, reason: str
+        self, payload: dict[str, Any], key: str, ack: EntryAck, reason: str
     ) -> TriggerEvent:
         self.dead_lettered += 1
         log.warning("redis_stream_entry_dead_lettered", dedup_key=key, reason=reason)
@@ -486,7 +297,7 @@ class RedisStreamTrigger(BaseEventTrigger):
         self,
         payload: Any,
         key: str,
-        ack: _Ack,
+        ack: EntryAck,
         sent_at: float,
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
@@ -514,19 +325,6 @@ class RedisStreamTrigger(BaseEventTrigger):
         )
 
 
-class _Ack:
-    """The ``ack`` of one event: its entry goes into the trigger's next XACK."""
-
-    __slots__ = ("_entry_id", "_trigger")
-
-    def __init__(self, trigger: RedisStreamTrigger, entry_id: str) -> None:
-        self._trigger = trigger
-        self._entry_id = entry_id
-
-    async def __call__(self) -> None:
-        self._trigger._acked(self._entry_id)
-
-
 def entry_payload(
     stream: str, entry_id: str, fields: dict[bytes, bytes], body_field: str
 ) -> dict[str, Any]:
@@ -543,10 +341,6 @@ def entry_payload(
             if name != body_key
         },
     }
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def watcher_group(asset: WatchedAsset, watcher_name: str) -> str:

@@ -1,0 +1,310 @@
+"""Reading a Redis stream as one consumer of a consumer group: the I/O a RedisStreamTrigger
+reads through.
+
+:class:`StreamGroupReader` prepares the group (the stream must exist; the group is created at
+its start id when missing; consumers of daemons gone long ago are removed), then hands out
+entries: those pending for ``min_idle_ms`` first (XAUTOCLAIM, with their delivery counts from
+XPENDING), else new ones (XREADGROUP). It keeps the entries whose events are yielded and not
+yet acknowledged (in flight): their idle time is reset (XCLAIM JUSTID) so that a slow commit
+does not get them claimed elsewhere, and reading pauses while too many are. Acknowledgements
+are gathered and sent (XACK) with the next read, in one round trip, and when the reader closes.
+The group's lag is read every ``LAG_INTERVAL_S``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import structlog
+
+from watchers.clients import require
+from watchers.redis_address import RedisAddress, transient_errors
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+log = structlog.get_logger(__name__)
+
+LAG_INTERVAL_S = 1.0
+#: A consumer of the group with nothing pending, idle this long, is a daemon gone: removed.
+DEAD_CONSUMER_IDLE_MS = 3_600_000
+_CLEANUP_TIMEOUT_S = 5.0
+_LOST_IDS_LOGGED = 20
+
+Entry = tuple[str, dict[bytes, bytes], int]
+"""An entry as read: its id, its fields, and how many times the group has delivered it."""
+
+
+class RedisStreamMissing(LookupError):
+    """The stream to read does not exist (or is another type of key)."""
+
+
+class Tally(Protocol):
+    """What the reader counts into (the trigger's counters for the daemon's ``/watchers``)."""
+
+    acked: int
+    lost: int
+
+    def polled(self) -> None: ...
+
+
+class StreamGroupReader:
+    """The entries of Redis stream ``stream`` for this process's consumer (``<host>-<pid>``)
+    of consumer group ``group``, and their acknowledgements.
+
+    One reader serves one trigger for its lifetime: :meth:`open` gives it the client of a run,
+    :meth:`close` sends what is acknowledged and closes that client. Entries acknowledged are
+    counted in ``tally.acked``, pending entries found trimmed away in ``tally.lost``; each
+    answer to a read calls ``tally.polled()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        address: RedisAddress,
+        stream: str,
+        group: str,
+        start_id: str,
+        min_idle_ms: int,
+        block_ms: int,
+        batch_size: int,
+        max_in_flight: int,
+        tally: Tally,
+    ) -> None:
+        self.address = address
+        self.stream = stream
+        self.group = group
+        self.start_id = start_id
+        self.min_idle_ms = min_idle_ms
+        self.block_ms = block_ms
+        self.batch_size = batch_size
+        self.max_in_flight = max_in_flight
+        self.consumer = ""
+        #: The group's entries not yet acknowledged (see ``RedisStreamTrigger.lag``).
+        self.lag: int | None = None
+        self._tally = tally
+        self._redis: redis.asyncio.Redis | None = None
+        self._acks: list[str] = []
+        self._in_flight: dict[str, float] = {}
+        self._room: anyio.Event | None = None
+        self._claim_cursor = "0-0"
+        self._next_claim_at = 0.0
+        self._next_refresh_at = 0.0
+        self._next_lag_at = 0.0
+
+    def open(self, redis_client: redis.asyncio.Redis) -> None:
+        """Read through ``redis_client`` (closed by :meth:`close`), as this process's consumer."""
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}"
+        self._redis = redis_client
+
+    async def close(self) -> None:
+        """Acknowledge what is acknowledged but not yet sent, then close the client;
+        idempotent. Entries yielded and not acknowledged stay pending, claimed again later."""
+        redis_client, self._redis = self._redis, None
+        self._in_flight.clear()
+        self.lag = None
+        if redis_client is None:
+            return
+        with anyio.move_on_after(_CLEANUP_TIMEOUT_S, shield=True):
+            try:
+                await self._flush_acks(redis_client)
+            except transient_errors() as error:  # pending: claimed again and deduplicated
+                log.warning("redis_stream_final_ack_failed", stream=self.stream, error=str(error))
+            await redis_client.aclose()
+
+    def yielded(self, entry_id: str) -> None:
+        """The event of ``entry_id`` is yielded: in flight until :meth:`acked`."""
+        self._in_flight[entry_id] = time.monotonic()
+
+    def acked(self, entry_id: str) -> None:
+        """An event's ack: its entry is acknowledged with the next batch of XACK."""
+        if self._in_flight.pop(entry_id, None) is not None:
+            self._acks.append(entry_id)
+            if self._room is not None:
+                self._room.set()
+
+    def skipped(self, entry_id: str) -> None:
+        """An entry filtered out (no event): acknowledged with the next batch of XACK."""
+        self._acks.append(entry_id)
+
+    async def prepare(self) -> None:
+        """Check that the stream exists, create the group unless it does, and remove the
+        consumers of daemons gone long ago (nothing pending, idle for an hour)."""
+        redis_client = self._client()
+        kind = _text(await redis_client.type(self.stream))
+        if kind == "none":
+            raise RedisStreamMissing(
+                f"Redis stream {self.stream!r} does not exist at {self.address}: create it "
+                "(XADD, or XGROUP CREATE ... MKSTREAM); the watcher does not create streams"
+            )
+        if kind != "stream":
+            raise RedisStreamMissing(
+                f"Redis key {self.stream!r} at {self.address} is a {kind}, not a stream"
+            )
+        try:
+            await redis_client.xgroup_create(self.stream, self.group, id=self.start_id)
+        except require("redis.exceptions", "redis").ResponseError as error:
+            if not str(error).startswith("BUSYGROUP"):
+                raise
+        else:
+            log.info(
+                "redis_stream_group_created",
+                stream=self.stream,
+                group=self.group,
+                start_id=self.start_id,
+            )
+        for consumer in await redis_client.xinfo_consumers(self.stream, self.group):
+            name = consumer["name"].decode()
+            if consumer["pending"] == 0 and consumer["idle"] > DEAD_CONSUMER_IDLE_MS:
+                await redis_client.xgroup_delconsumer(self.stream, self.group, name)
+        self._claim_cursor, self._next_claim_at = "0-0", 0.0
+        log.info(
+            "redis_stream_reading",
+            stream=self.stream,
+            group=self.group,
+            consumer=self.consumer,
+        )
+
+    async def next_entries(self) -> list[Entry]:
+        """The next entries to handle: entries pending too long (claimed), else new ones; the
+        acknowledgements gathered meanwhile are sent first."""
+        redis_client = self._client()
+        now = time.monotonic()
+        if now >= self._next_lag_at:
+            await self._read_lag(redis_client)
+            self._next_lag_at = now + LAG_INTERVAL_S
+        if now >= self._next_refresh_at:
+            await self._refresh_in_flight(redis_client)
+            self._next_refresh_at = now + self.min_idle_ms / 3000
+        if now >= self._next_claim_at:
+            await self._flush_acks(redis_client)  # an acked entry is not claimed again
+            claimed = await self._claim(redis_client)
+            if self._claim_cursor == "0-0":  # a pass over the pending entries is complete
+                self._next_claim_at = now + self.min_idle_ms / 2000
+            if claimed:
+                return claimed
+        if len(self._in_flight) >= self.max_in_flight:
+            await self._flush_acks(redis_client)
+            self._room = anyio.Event()
+            with anyio.move_on_after(self.block_ms / 1000):
+                await self._room.wait()
+            self._room = None
+            return []
+        # The acks and the read in one round trip.
+        ids, self._acks = self._acks, []
+        try:
+            async with redis_client.pipeline(transaction=False) as pipe:
+                if ids:
+                    pipe.xack(self.stream, self.group, *ids)
+                pipe.xreadgroup(
+                    self.group,
+                    self.consumer,
+                    {self.stream: ">"},
+                    count=self.batch_size,
+                    block=self.block_ms,
+                )
+                answers = await pipe.execute()
+        except BaseException:
+            self._acks = ids + self._acks  # sent again once the server answers
+            raise
+        self._tally.acked += len(ids)
+        self._tally.polled()
+        response: Any = answers[-1]
+        if not response:
+            return []
+        [[_, entries]] = response
+        return [(entry_id.decode(), fields, 1) for entry_id, fields in entries]
+
+    def _client(self) -> redis.asyncio.Redis:
+        if self._redis is None:
+            raise RuntimeError(f"the reader of Redis stream {self.stream!r} is not open")
+        return self._redis
+
+    async def _claim(self, redis_client: redis.asyncio.Redis) -> list[Entry]:
+        """One page of XAUTOCLAIM: the group's entries pending for ``min_idle_ms``, now this
+        consumer's, with their delivery counts; counts and logs those trimmed away."""
+        cursor, claimed, deleted = await redis_client.xautoclaim(
+            self.stream,
+            self.group,
+            self.consumer,
+            self.min_idle_ms,
+            start_id=self._claim_cursor,
+            count=self.batch_size,
+        )
+        self._claim_cursor = cursor.decode()
+        if deleted:
+            self._tally.lost += len(deleted)
+            log.warning(
+                "redis_stream_entries_lost",
+                stream=self.stream,
+                group=self.group,
+                entries=len(deleted),
+                ids=[entry_id.decode() for entry_id in deleted[:_LOST_IDS_LOGGED]],
+                reason="trimmed or deleted from the stream while pending",
+            )
+        if not claimed:
+            return []
+        async with redis_client.pipeline(transaction=False) as pipe:
+            for entry_id, _ in claimed:
+                pipe.xpending_range(self.stream, self.group, entry_id, entry_id, 1, self.consumer)
+            answers = await pipe.execute()
+        delivered = {
+            row["message_id"]: row["times_delivered"] for answer in answers for row in answer
+        }
+        log.info("redis_stream_entries_claimed", stream=self.stream, entries=len(claimed))
+        return [
+            (entry_id.decode(), fields, delivered.get(entry_id, 1)) for entry_id, fields in claimed
+        ]
+
+    async def _refresh_in_flight(self, redis_client: redis.asyncio.Redis) -> None:
+        """Reset the idle time of the entries yielded and not yet acknowledged (XCLAIM JUSTID,
+        which counts no delivery), so that a slow commit does not get them claimed."""
+        stale_before = time.monotonic() - self.min_idle_ms / 3000
+        ids: list[Any] = [entry_id for entry_id, at in self._in_flight.items() if at < stale_before]
+        for start in range(0, len(ids), 1000):
+            await redis_client.xclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                0,
+                ids[start : start + 1000],
+                justid=True,
+            )
+
+    async def _read_lag(self, redis_client: redis.asyncio.Redis) -> None:
+        for group in await redis_client.xinfo_groups(self.stream):
+            if group["name"].decode() == self.group:
+                lag = group.get("lag")
+                self.lag = None if lag is None else lag + group["pending"]
+
+    async def _flush_acks(self, redis_client: redis.asyncio.Redis) -> None:
+        ids, self._acks = self._acks, []
+        if not ids:
+            return
+        try:
+            await redis_client.xack(self.stream, self.group, *ids)
+        except BaseException:
+            self._acks = ids + self._acks  # sent again once the server answers
+            raise
+        self._tally.acked += len(ids)
+
+
+class EntryAck:
+    """The ``ack`` of one entry's event: the entry goes into the reader's next XACK."""
+
+    __slots__ = ("_entry_id", "_reader")
+
+    def __init__(self, reader: StreamGroupReader, entry_id: str) -> None:
+        self._reader = reader
+        self._entry_id = entry_id
+
+    async def __call__(self) -> None:
+        self._reader.acked(self._entry_id)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
