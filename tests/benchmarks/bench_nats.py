@@ -1,0 +1,181 @@
+"""NatsTrigger throughput against a raw nats-py loop (pull fetch + ack), on one JetStream server.
+
+    python tests/benchmarks/bench_nats.py --out bench-nats.json [--messages 20000]
+
+Starts a nats-server of its own (file store). Each round reads one filled stream through two new
+durable pull consumers: the raw loop fetches ``BATCH`` messages at a time and acks each, without
+making payloads; the trigger acks each event as it comes (as the daemon does after its commit).
+The rounds take turns and each loop keeps its median. The latency part publishes one message at
+a time to a running trigger and times each until its event is yielded (produce -> event,
+without the daemon's commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any, cast
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+
+import nats  # noqa: E402
+from nats.aio.client import Client  # noqa: E402
+from nats.js.api import AckPolicy, ConsumerConfig  # noqa: E402
+
+from tests.fixtures.nats import create_stream, nats_server  # noqa: E402
+from triggerer.triggers import TriggerEvent  # noqa: E402
+from watchers.nats import NatsTrigger  # noqa: E402
+
+ROUNDS = 3
+BATCH = 256
+LATENCY_SAMPLES = 200
+MESSAGE_BYTES = 200
+
+
+def body(index: int) -> bytes:
+    head = json.dumps({"id": index, "type": "order", "pad": ""})
+    padded = {"id": index, "type": "order", "pad": "x" * (MESSAGE_BYTES - len(head))}
+    return json.dumps(padded).encode()
+
+
+async def fill(client: Client, stream: str, messages: int) -> None:
+    jetstream = client.jetstream()
+    for start in range(0, messages, 1000):
+        acks = [
+            await jetstream.publish_async(f"{stream}.in", body(index))
+            for index in range(start, min(start + 1000, messages))
+        ]
+        await asyncio.gather(*acks)
+
+
+async def raw_loop(client: Client, stream: str, durable: str, messages: int) -> float:
+    """Messages per second: fetch ``BATCH`` messages of a durable, ack each, repeat."""
+    jetstream = client.jetstream()
+    config = ConsumerConfig(
+        durable_name=durable, filter_subject=f"{stream}.>", ack_policy=AckPolicy.EXPLICIT
+    )
+    await jetstream.add_consumer(stream, config)
+    pull = await jetstream.pull_subscribe_bind(durable=durable, stream=stream)
+    started = time.perf_counter()
+    done = 0
+    while done < messages:
+        for message in await pull.fetch(BATCH, timeout=5):
+            await message.ack()
+            done += 1
+    seconds = time.perf_counter() - started
+    await pull.unsubscribe()
+    return messages / seconds
+
+
+async def trigger_loop(servers: str, stream: str, durable: str, messages: int) -> float:
+    """Events per second of a trigger whose every event is acked as it comes."""
+    trigger = NatsTrigger(
+        servers=servers, stream=stream, subject=f"{stream}.>", durable=durable, fetch_batch=BATCH
+    )
+    # run() is an async generator; aclose() ends it before cleanup()
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    started = time.perf_counter()
+    done = 0
+    try:
+        async for event in events:
+            assert event.ack is not None
+            await event.ack()
+            done += 1
+            if done == messages:
+                break
+        seconds = time.perf_counter() - started
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+    assert trigger.acked == messages, trigger.acked
+    return messages / seconds
+
+
+async def latency(client: Client, servers: str) -> dict[str, float]:
+    """Produce -> event (ms), one message at a time, through a running trigger."""
+    stream = f"latency-{uuid.uuid4().hex[:8]}"
+    await create_stream(servers, stream)
+    jetstream = client.jetstream()
+    await jetstream.publish(f"{stream}.in", b"warm-up")
+    trigger = NatsTrigger(servers=servers, stream=stream, subject=f"{stream}.>")
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    samples = []
+    try:
+        await anext(events)
+        for index in range(LATENCY_SAMPLES):
+            started = time.perf_counter()
+            await jetstream.publish(f"{stream}.in", body(index))
+            event = await anext(events)
+            samples.append((time.perf_counter() - started) * 1000)
+            assert event.ack is not None
+            await event.ack()
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+    samples.sort()
+    return {
+        "p50_ms": round(statistics.median(samples), 3),
+        "p99_ms": round(samples[int(len(samples) * 0.99) - 1], 3),
+    }
+
+
+async def bench(servers: str, messages: int) -> dict[str, Any]:
+    client = await nats.connect(f"nats://{servers}")
+    try:
+        stream = f"bench-{uuid.uuid4().hex[:8]}"
+        await create_stream(servers, stream)
+        await fill(client, stream, messages)
+        runs: dict[str, list[float]] = {"raw": [], "trigger": []}
+        for round_ in range(ROUNDS):
+            runs["raw"].append(await raw_loop(client, stream, f"raw-{round_}", messages))
+            runs["trigger"].append(
+                await trigger_loop(servers, stream, f"trigger-{round_}", messages)
+            )
+        raw, trigger = (statistics.median(runs[name]) for name in runs)
+        return {
+            "messages": messages,
+            "rounds": ROUNDS,
+            "message_bytes": MESSAGE_BYTES,
+            "batch": BATCH,
+            "raw_events_per_s": round(raw),
+            "trigger_events_per_s": round(trigger),
+            "ratio": round(trigger / raw, 3),
+            "produce_to_event": await latency(client, servers),
+        }
+    finally:
+        await client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
+    parser.add_argument("--messages", type=int, default=20_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        server = nats_server(Path(folder) / "store", Path(folder))
+        server.start()
+        try:
+            result = asyncio.run(bench(server.address, args.messages))
+        finally:
+            server.stop()
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    latency_ms = result["produce_to_event"]
+    sys.stdout.write(
+        f"{'loop':<10} {'events/s':>10}\n"
+        f"{'raw':<10} {result['raw_events_per_s']:>10}\n"
+        f"{'trigger':<10} {result['trigger_events_per_s']:>10}   ratio {result['ratio']}\n"
+        f"produce -> event: p50 {latency_ms['p50_ms']} ms, p99 {latency_ms['p99_ms']} ms\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
