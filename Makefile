@@ -13,8 +13,10 @@ $(INSTALLED): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# The web UI is plain ES modules served from triggerer/service/api/static/; its two libraries come from
-# npm (pinned by ui/package-lock.json) and are copied next to it, so a built wheel needs no Node.
+# The web UI is plain ES modules served from triggerer/service/api/static/; its libraries come from
+# npm (pinned by ui/package-lock.json) and are copied next to it. The copies are committed, so
+# every install (a clone with pip, a wheel, an sdist) needs no Node; tests/unit/test_ui_vendor.py
+# checks they are the lockfile's. Run `make ui` after changing ui/package.json.
 UI_VENDOR := triggerer/service/api/static/vendor
 UI_BUILT := $(UI_VENDOR)/.built
 
@@ -23,6 +25,8 @@ $(UI_BUILT): ui/package.json ui/package-lock.json
 	mkdir -p $(UI_VENDOR)
 	cp ui/node_modules/cytoscape/dist/cytoscape.esm.min.mjs $(UI_VENDOR)/cytoscape.js
 	cp ui/node_modules/@dagrejs/dagre/dist/dagre.esm.js $(UI_VENDOR)/dagre.js
+	cp ui/node_modules/uplot/dist/uPlot.esm.js $(UI_VENDOR)/uplot.js
+	cp ui/node_modules/uplot/dist/uPlot.min.css $(UI_VENDOR)/uplot.css
 	touch $@
 
 ui: $(UI_BUILT)
@@ -92,5 +96,5 @@ test-container: $(INSTALLED) ui
 	$(BIN)/python -m pytest tests/container
 
 clean:
-	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache ui/node_modules $(UI_VENDOR) \
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache ui/node_modules $(UI_BUILT) \
 		deploy/helm/node_modules

@@ -172,3 +172,68 @@ class DeadLetterRow(View):
     reason: str
     payload: str
     """The event's extra as text."""
+
+
+class AssetActivity(View):
+    asset_id: int
+    uri: str
+    events: int
+    """Its events in the window."""
+    counts: list[int]
+    """Its events per bucket, in the order of :attr:`EventActivity.buckets`."""
+
+
+class EventActivity(View):
+    """Events per bucket (a minute) over a window ending now: in total and per asset."""
+
+    window: str
+    bucket_s: int
+    buckets: list[int]
+    """The start of each bucket, in seconds since the epoch (UTC), oldest first."""
+    events: int
+    """All events in the window."""
+    counts: list[int]
+    """All events per bucket."""
+    assets: list[AssetActivity]
+    """The assets with the most events in the window, most first."""
+
+
+class WatcherLag(View):
+    trigger_id: int
+    watchers: list[str]
+    """The watchers reading through this trigger (usually one)."""
+    asset_ids: list[int]
+    lag: list[int | None]
+    """The highest lag sampled in each bucket (null: none), as :attr:`LagActivity.buckets`."""
+    latest: int | None
+    """The newest sample's lag."""
+
+
+class LagActivity(View):
+    """Watchers' lag over a window ending now, sampled at heartbeats (one a minute)."""
+
+    window: str
+    bucket_s: int
+    buckets: list[int]
+    watchers: list[WatcherLag]
+    """The watchers with the highest lag in the window, highest first."""
+
+
+class RunSpan(View):
+    run_id: str
+    pipeline_id: str
+    state: str
+    created_at: dt.datetime
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    duration_s: float | None
+    """End minus start; for a run still running, so far; null before it starts."""
+
+
+class RunTimeline(View):
+    """Runs created in a window, newest first, with how many there are in each state."""
+
+    since: dt.datetime
+    states: dict[str, int]
+    """Runs in the window (and filters) per state: all of them, not only those listed."""
+    runs: list[RunSpan]

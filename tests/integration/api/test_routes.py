@@ -451,7 +451,11 @@ async def test_watchers_lineage_and_dead_letters(api: Api) -> None:
 
 async def test_health_ready_and_metrics(api: Api) -> None:
     anonymous = api.client_with({})
-    assert (await anonymous.get("/healthz")).json() == {"status": "ok", "heartbeat_at": None}
+    assert (await anonymous.get("/healthz")).json() == {
+        "status": "ok",
+        "heartbeat_at": None,
+        "token_required": True,
+    }
     stale = await api.client.get("/readyz")
     assert stale.status_code == 503
     assert "heartbeat is stale" in stale.json()["detail"]

@@ -20,7 +20,16 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from triggerer.service.api import assets, events, health, import_errors, pipelines, runs, watchers
+from triggerer.service.api import (
+    activity,
+    assets,
+    events,
+    health,
+    import_errors,
+    pipelines,
+    runs,
+    watchers,
+)
 from triggerer.service.api.context import ApiContext, authorized
 from triggerer.service.queries import Conflict, NotFound, Refused
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
@@ -50,7 +59,7 @@ def create_app(context: ApiContext) -> FastAPI:
     )
     app.state.context = context
     app.include_router(health.open_router, prefix=PREFIX)
-    for module in (assets, pipelines, import_errors, runs, watchers, events, health):
+    for module in (assets, pipelines, import_errors, runs, watchers, events, activity, health):
         app.include_router(module.router, prefix=PREFIX)
     _add_docs(app)
     _add_ui(app)

@@ -18,9 +18,10 @@ router = APIRouter(tags=["health"], dependencies=[Depends(authorized)], response
 
 
 @open_router.get("/healthz")
-async def healthz() -> Health:
-    """Liveness: the daemon's event loop answers. Needs no token."""
-    return Health(status="ok")
+async def healthz(context: Context) -> Health:
+    """Liveness: the daemon's event loop answers. Needs no token; says whether the other
+    routes do (the web UI asks for one only then)."""
+    return Health(status="ok", token_required=bool(context.settings.api.tokens))
 
 
 @router.get("/readyz", responses=UNAVAILABLE)

@@ -83,6 +83,8 @@ class Deleted(BaseModel):
 class Health(BaseModel):
     status: str
     heartbeat_at: dt.datetime | None = None
+    token_required: bool | None = None
+    """On ``/healthz``: whether the other routes need a bearer token (``[api] tokens``)."""
 
 
 def _as_utc(value: dt.datetime) -> dt.datetime:

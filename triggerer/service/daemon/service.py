@@ -30,6 +30,7 @@ from triggerer.service import metrics
 from triggerer.service.config import ConfigError
 from triggerer.service.daemon.backoff import keep_running, until_stored
 from triggerer.service.daemon.ingest import Delivery, Ingest
+from triggerer.service.daemon.lag_samples import LagSampler
 from triggerer.service.daemon.launcher import Launcher
 from triggerer.service.daemon.leases import Leases
 from triggerer.service.daemon.lineage_emitter import LineageEmitter
@@ -133,6 +134,8 @@ class Service:
 
         # Watcher states as last written, so a heartbeat writes only what changed.
         self._reported: dict[int, WatcherStatus] = {}
+        # Their lag over time, for the UI's chart.
+        self.lag_samples = LagSampler(sessions)
 
     def events_recorded(self, recorded: Recorded) -> None:
         """New events were committed (by a watcher, a run, the CLI or the REST API): the one
@@ -239,6 +242,7 @@ class Service:
             )
         self.supervisor.leases_lost(await self.leases.renew())
         self.supervisor.sample()
+        await self.lag_samples.sample(self.supervisor.status)
         changed = {
             trigger_id: status
             for trigger_id, status in self.supervisor.status.items()

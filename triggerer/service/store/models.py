@@ -595,6 +595,23 @@ class RunEvent(Base):
     rerun: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
+class WatcherLagSample(Base):
+    """A watcher's lag (messages behind its source) as its instance saw it at a heartbeat, at
+    most one a minute per trigger and kept for a day (:mod:`triggerer.service.daemon.lag_samples`):
+    what the UI draws as lag over time."""
+
+    __tablename__ = "watcher_lag_sample"
+    __table_args__ = (
+        Index("ix_watcher_lag_sample_sampled_at", "sampled_at"),  # the window's and retention's
+        Index("ix_watcher_lag_sample_trigger_id_sampled_at", "trigger_id", "sampled_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    trigger_id: Mapped[int] = mapped_column(ForeignKey("trigger.id", ondelete="CASCADE"))
+    sampled_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    lag: Mapped[int] = mapped_column(BigInteger)
+
+
 class Instance(Base):
     """A running daemon process; ``heartbeat_at`` is what ``triggerer check`` reads."""
 

@@ -2,15 +2,35 @@
 // under /api/v1 (with the bearer token the user gives, kept in sessionStorage) and polls it so
 // the open page follows changes within POLL_MS plus one request.
 
-// The graph libraries load while the first poll reads the API.
-let dagre = null;
-const graphLibrary = Promise.all([
-  import("./vendor/cytoscape.js"),
-  import("./vendor/dagre.js"),
-]).then(([cytoscape, dagreModule]) => {
-  dagre = dagreModule;
-  return cytoscape.default;
+// The libraries (npm's, copied into vendor/ and committed) load while the first poll reads the
+// API. One that does not load is said in words on the page, with the fix.
+class MissingLibrary extends Error {
+  constructor(file, cause) {
+    super(`the UI's library /ui/vendor/${file} did not load (${cause?.message || cause})`);
+    this.file = file;
+  }
+}
+const vendor = (file) => import(`./vendor/${file}`).catch((error) => {
+  throw new MissingLibrary(file, error);
 });
+let dagre = null;
+let uPlot = null;
+const graphLibrary = Promise.all([vendor("cytoscape.js"), vendor("dagre.js")])
+  .then(([cytoscape, dagreModule]) => {
+    dagre = dagreModule;
+    return cytoscape.default;
+  });
+const chartLibrary = vendor("uplot.js").then((module) => {
+  uPlot = module.default;
+  return uPlot;
+});
+graphLibrary.catch(showLoadError);
+chartLibrary.catch(showLoadError);
+
+function showLoadError(error) {
+  $("#load-error-detail").textContent = `The file /ui/vendor/${error.file} was not found: ${error.message}.`;
+  $("#load-error").hidden = false;
+}
 
 const API = "/api/v1";
 const POLL_MS = 1000;
@@ -19,6 +39,14 @@ const EVENTS_PER_PAGE = 10;
 const DEFAULT_GROUP = "asset"; // an asset's group unless it names one
 const LARGE_GRAPH = 600; // elements: above, the layout trades looks for speed
 const TOKEN_KEY = "triggerer.token";
+const ACTIVITY_MS = 5000; // how often a chart's aggregate is read again
+const READABLE_ZOOM = 0.8; // labels of 11px drawn at 9px: the least a graph opens at
+const RUN_STATES = ["success", "failed", "running", "queued", "up_for_retry", "cancelling", "cancelled"];
+const STATE_COLOURS = {
+  success: "#1e8e3e", failed: "#b3261e", running: "#4b6cb7", queued: "#c98a00",
+  up_for_retry: "#e37400", cancelling: "#8e44ad", cancelled: "#8690a2",
+};
+const PALETTE = ["#4b6cb7", "#e37400", "#1e8e3e", "#b3261e", "#8e44ad", "#00838f", "#c98a00", "#6d4c41", "#d81b60", "#5b6475"];
 const ACTIVE = new Set(["queued", "running", "up_for_retry", "cancelling"]);
 const CANCELLABLE = new Set(["queued", "running", "up_for_retry"]);
 const FINISHED = new Set(["success", "failed", "cancelled"]); // what may be re-run
@@ -35,9 +63,20 @@ const state = {
   eventsOffset: 0,
   importErrors: "", // what the broken-files banner shows: redrawn only when it changes
   busy: false,
+  waitingForToken: false, // the token dialog is open: no poll until it is answered
+  elements: [], // what is drawn (elementsOf), the text layer's source too
+  drawn: false, // the elements are drawn on the graph
+  userMoved: false, // the user zoomed or panned: a redraw keeps their viewport
+  pointerDown: false,
+  tree: new Map(), // node id -> { item, stateText, detail } of the text layer
+  neighbours: new Map(), // node id -> the ids of the nodes it has an edge with
+  selected: null, // the node id of the open panel
+  window: "hour", // of the Activity page's charts
+  runsFilter: { pipeline: "", state: "", since_s: 86400 },
 };
-// For the browser tests and the benchmark: the graph and when it was first drawn.
-window.triggerer = { cy: null, renderMs: null, drawnMs: null, polls: 0 };
+// For the browser tests and the benchmark: the graph and when it was first drawn, the charts.
+const charts = new Map(); // chart key -> its uPlot
+window.triggerer = { cy: null, renderMs: null, drawnMs: null, polls: 0, charts };
 
 // ---------------------------------------------------------------- API and token
 
@@ -55,7 +94,9 @@ async function api(path, { method = "GET", body } = {}) {
   });
   if (response.status === 401) {
     sessionStorage.removeItem(TOKEN_KEY);
-    askToken();
+    askToken(token
+      ? "That token was refused (401): it is not one of the tokens in [api] tokens of this daemon's config."
+      : "");
     throw new Unauthorized("the API wants a (valid) bearer token");
   }
   const type = response.headers.get("content-type") || "";
@@ -74,13 +115,26 @@ async function all(path) {
   }
 }
 
-function askToken() {
+// An aggregate for a chart, read again at most every ACTIVITY_MS.
+const activityRead = new Map(); // path -> { at, value }
+async function activity(path) {
+  const read = activityRead.get(path);
+  if (read && Date.now() - read.at < ACTIVITY_MS) return read.value;
+  const value = await api(`/activity/${path}`);
+  activityRead.set(path, { at: Date.now(), value });
+  return value;
+}
+
+function askToken(message = "") {
+  state.waitingForToken = true;
+  $("#token-error").textContent = message;
   const dialog = $("#token-dialog");
   if (!dialog.open) dialog.showModal();
 }
 
 function setToken(token) {
   sessionStorage.setItem(TOKEN_KEY, token);
+  state.waitingForToken = false;
   $("#token-dialog").close();
   refresh();
 }
@@ -231,6 +285,12 @@ const STYLE = [
   { selector: "node[kind = 'group'].queued", style: { "border-color": "#c98a00", "border-width": 4 } },
   { selector: "node[kind = 'alias']", style: { shape: "ellipse", "border-style": "dashed", "background-color": "#fff" } },
   { selector: "node[kind = 'pipeline']", style: { shape: "rectangle", "background-color": "#fff", width: 160 } },
+  // A pipeline's fill is its last run's state.
+  { selector: "node[kind = 'pipeline'].last-success", style: { "background-color": "#d6f0dc", "border-color": "#1e8e3e" } },
+  { selector: "node[kind = 'pipeline'].last-failed", style: { "background-color": "#f8d7d4" } },
+  { selector: "node[kind = 'pipeline'].last-queued, node[kind = 'pipeline'].last-up_for_retry", style: { "background-color": "#fdf0c6" } },
+  { selector: "node[kind = 'pipeline'].last-running, node[kind = 'pipeline'].last-cancelling", style: { "background-color": "#dde7fb" } },
+  { selector: "node[kind = 'pipeline'].last-cancelled", style: { "background-color": "#e3e6eb" } },
   { selector: "node[kind = 'pipeline'].paused", style: { "background-color": "#eceff3", color: "#8690a2", "border-style": "dashed" } },
   { selector: "node[kind = 'pipeline'].failed", style: { "border-color": "#b3261e", "border-width": 3 } },
   { selector: "node[kind = 'pipeline'].running", style: { "border-color": "#1e8e3e", "border-width": 3 } },
@@ -247,11 +307,11 @@ const STYLE = [
   { selector: "edge.lit", style: { "line-color": "#c98a00", "target-arrow-color": "#c98a00", width: 3 } },
 ];
 
-function drawGraph(cytoscape, lineage) {
-  const started = performance.now();
-  const elements = elementsOf(lineage);
+function drawGraph(cytoscape, elements, started) {
   let cy = window.triggerer.cy;
   if (cy) {
+    // The user's zoom and pan stay when the graph changes; the selection is the route's.
+    const kept = state.userMoved ? { zoom: cy.zoom(), pan: { ...cy.pan() } } : null;
     cy.batch(() => {
       cy.elements().remove();
       cy.add(elements);
@@ -259,6 +319,9 @@ function drawGraph(cytoscape, lineage) {
     });
     layOut(cy);
     paintGraph();
+    selectNode(state.selected);
+    if (kept) cy.viewport(kept);
+    else fit(cy);
   } else {
     // Built, laid out and painted headless, then mounted: the renderer draws once, not at
     // every step (a third of the time at a thousand nodes).
@@ -269,8 +332,12 @@ function drawGraph(cytoscape, lineage) {
     paintGraph();
     cy.mount($("#graph"));
     cy.on("tap", "node", (event) => openNode(event.target.data()));
+    cy.on("viewport", () => {
+      if (state.pointerDown) state.userMoved = true;
+    });
+    selectNode(state.selected);
+    fit(cy);
   }
-  fit(cy);
   window.triggerer.renderMs ??= performance.now() - started;
   // The frame after the one cytoscape drew in: since navigation start, for the benchmark.
   requestAnimationFrame(() => requestAnimationFrame(() => {
@@ -302,7 +369,9 @@ function layOut(cy) {
 }
 
 // cy.fit() from the nodes' positions and sizes: fit() measures every label's text, which
-// costs more than the layout at a thousand nodes.
+// costs more than the layout at a thousand nodes. A graph too large to fit with labels one can
+// read (a left-to-right graph of hundreds of nodes is thousands of pixels high) opens at the
+// least readable zoom, fitted to the width where it can be, at its top left: where the sources are.
 function fit(cy, padding = 30) {
   if (!cy.width() || !cy.nodes().length) return;
   const box = { x1: Infinity, y1: Infinity, x2: -Infinity, y2: -Infinity };
@@ -320,6 +389,13 @@ function fit(cy, padding = 30) {
     (cy.height() - 2 * padding) / Math.max(box.y2 - box.y1, 1),
     1.5,
   );
+  if (zoom < READABLE_ZOOM) {
+    const widthZoom = Math.min((cy.width() - 2 * padding) / Math.max(box.x2 - box.x1, 1), 1);
+    const readable = Math.max(READABLE_ZOOM, widthZoom);
+    const x = Math.max(padding, (cy.width() - readable * (box.x2 - box.x1)) / 2);
+    cy.viewport({ zoom: readable, pan: { x: x - readable * box.x1, y: padding - readable * box.y1 } });
+    return;
+  }
   cy.viewport({
     zoom,
     pan: { x: (cy.width() - zoom * (box.x1 + box.x2)) / 2, y: (cy.height() - zoom * (box.y1 + box.y2)) / 2 },
@@ -339,10 +415,8 @@ function openNode(data) {
   else location.hash = `#/${data.kind}/${encodeURIComponent(data.id.slice(data.kind.length + 1))}`;
 }
 
-// Each node's label and classes from the latest state.
-function paintGraph() {
-  const cy = window.triggerer.cy;
-  if (!cy) return;
+// How many events each pipeline has queued of each asset, and each asset over pipelines.
+function queuedCounts() {
   const queuedFor = new Map(); // "pipeline|asset id" -> count
   const queuedOf = new Map(); // asset id -> count over pipelines
   for (const pipeline of state.pipelines.values()) {
@@ -351,42 +425,58 @@ function paintGraph() {
       queuedOf.set(Number(assetId), (queuedOf.get(Number(assetId)) || 0) + count);
     }
   }
+  return { queuedFor, queuedOf };
+}
+
+// A node's state from the latest poll: the words under its name, and its classes.
+function nodeState(data, queuedOf) {
+  const key = data.id.slice(data.kind.length + 1);
+  let detail = "";
+  let classes = [];
+  if (data.kind === "watcher") {
+    const watcher = state.watchers.get(data.id);
+    if (watcher) {
+      const failing = watcher.state !== "running" || watcher.last_error;
+      detail = `${watcher.state}${watcher.lag != null ? ` · lag ${watcher.lag}` : ""}`;
+      classes = failing ? ["failing"] : ["running"];
+    }
+  } else if (data.kind === "asset") {
+    const queued = queuedOf.get(Number(key)) || 0;
+    detail = `last ${age(state.lastEvent.get(Number(key))?.timestamp)}${queued ? ` · ${queued} queued` : ""}`;
+    if (queued) classes = ["queued"];
+  } else if (data.kind === "group") {
+    const queued = data.members.reduce((sum, id) => sum + (queuedOf.get(id) || 0), 0);
+    const newest = data.members.map((id) => state.lastEvent.get(id)?.timestamp).filter(Boolean).sort().at(-1);
+    detail = `${data.members.length} assets · last ${age(newest)}${queued ? ` · ${queued} queued` : ""}`;
+    if (queued) classes = ["queued"];
+  } else if (data.kind === "pipeline") {
+    const pipeline = state.pipelines.get(data.name);
+    const runs = state.runs.get(data.name) || [];
+    const active = runs.filter((run) => ACTIVE.has(run.state)).length;
+    const parts = [];
+    if (pipeline?.paused) parts.push("paused");
+    if (active) parts.push(`${active} active`);
+    if (runs.length) parts.push(`last ${runs[0].state}`);
+    detail = parts.join(" · ") || "no runs";
+    if (runs.length) classes.push(`last-${runs[0].state}`);
+    if (pipeline?.paused) classes.push("paused");
+    if (active) classes.push("running");
+    else if (runs[0]?.state === "failed" || pipeline?.error) classes.push("failed");
+  }
+  return { detail, classes };
+}
+
+// Each node's label and classes from the latest state, on the graph and in the text layer.
+function paintGraph() {
+  const { queuedFor, queuedOf } = queuedCounts();
+  paintTree(queuedOf);
+  const cy = window.triggerer.cy;
+  if (!cy) return;
   cy.batch(() => {
     cy.nodes().forEach((node) => {
       const data = node.data();
-      const key = data.id.slice(data.kind.length + 1);
-      let detail = "";
-      let classes = [];
-      if (data.kind === "watcher") {
-        const watcher = state.watchers.get(data.id);
-        if (watcher) {
-          const failing = watcher.state !== "running" || watcher.last_error;
-          detail = `${watcher.state}${watcher.lag != null ? ` · lag ${watcher.lag}` : ""}`;
-          classes = failing ? ["failing"] : ["running"];
-          node.data("error", watcher.last_error || "");
-        }
-      } else if (data.kind === "asset") {
-        const queued = queuedOf.get(Number(key)) || 0;
-        detail = `last ${age(state.lastEvent.get(Number(key))?.timestamp)}${queued ? ` · ${queued} queued` : ""}`;
-        if (queued) classes = ["queued"];
-      } else if (data.kind === "group") {
-        const queued = data.members.reduce((sum, id) => sum + (queuedOf.get(id) || 0), 0);
-        const newest = data.members.map((id) => state.lastEvent.get(id)?.timestamp).filter(Boolean).sort().at(-1);
-        detail = `${data.members.length} assets · last ${age(newest)}${queued ? ` · ${queued} queued` : ""}`;
-        if (queued) classes = ["queued"];
-      } else if (data.kind === "pipeline") {
-        const pipeline = state.pipelines.get(data.name);
-        const runs = state.runs.get(data.name) || [];
-        const active = runs.filter((run) => ACTIVE.has(run.state)).length;
-        const parts = [];
-        if (pipeline?.paused) parts.push("paused");
-        if (active) parts.push(`${active} active`);
-        if (runs.length) parts.push(`last ${runs[0].state}`);
-        detail = parts.join(" · ") || "no runs";
-        if (pipeline?.paused) classes.push("paused");
-        if (active) classes.push("running");
-        else if (runs[0]?.state === "failed" || pipeline?.error) classes.push("failed");
-      }
+      const { detail, classes } = nodeState(data, queuedOf);
+      if (data.kind === "watcher") node.data("error", state.watchers.get(data.id)?.last_error || "");
       node.data("label", detail ? `${data.name}\n${detail}` : data.name);
       node.data("state", classes.join(" "));
       node.classes(classes);
@@ -401,26 +491,169 @@ function paintGraph() {
   filterGraph();
 }
 
+// What the search box matches: a node's name or its asset group.
+function matches(data, term) {
+  return data.name.toLowerCase().includes(term) || (state.groups.get(data.id) || "").toLowerCase().includes(term);
+}
+
 function filterGraph() {
+  const term = $("#search").value.trim().toLowerCase();
+  filterTree(term);
   const cy = window.triggerer.cy;
   if (!cy) return;
-  const term = $("#search").value.trim().toLowerCase();
   cy.batch(() => {
     cy.elements().removeClass("dimmed");
     if (!term) return;
-    const matching = cy.nodes().filter((node) => {
-      const data = node.data();
-      return data.name.toLowerCase().includes(term) || (state.groups.get(data.id) || "").toLowerCase().includes(term);
-    });
+    const matching = cy.nodes().filter((node) => matches(node.data(), term));
     const shown = matching.union(matching.neighborhood());
     cy.elements().not(shown).addClass("dimmed");
   });
 }
 
+// ---------------------------------------------------------------- the text layer
+
+// Every node of the graph as text: a tree of the kinds, each node with its name, kind and state
+// (ARIA tree, arrow keys to move, Enter to open), filtered by the search box like the graph.
+const KINDS = [
+  ["watcher", "Watchers"], ["asset", "Assets"], ["alias", "Aliases"], ["group", "Asset groups"],
+  ["gate", "Gates"], ["pipeline", "Pipelines"],
+];
+const KIND_NAMES = { watcher: "watcher", asset: "asset", alias: "alias", group: "asset group", gate: "gate", pipeline: "pipeline" };
+const nodeName = (data) => (data.kind === "gate" ? `${data.name} of ${data.pipeline}` : data.name);
+
+function buildTree(elements) {
+  const byKind = new Map(KINDS.map(([kind]) => [kind, []]));
+  state.neighbours = new Map();
+  const near = (a, b) => {
+    if (!state.neighbours.has(a)) state.neighbours.set(a, []);
+    state.neighbours.get(a).push(b);
+  };
+  for (const element of elements) {
+    if (element.group === "nodes") byKind.get(element.data.kind)?.push(element.data);
+    else {
+      near(element.data.source, element.data.target);
+      near(element.data.target, element.data.source);
+    }
+  }
+  let first = true;
+  const groups = [];
+  for (const [kind, title] of KINDS) {
+    const nodes = byKind.get(kind).sort((a, b) => nodeName(a).localeCompare(nodeName(b)));
+    if (!nodes.length) continue;
+    const items = nodes.map((data) => {
+      const item = `<li role="treeitem" aria-level="2" aria-selected="false" tabindex="${first ? 0 : -1}" data-node="${escape(data.id)}"><span class="node-name">${escape(nodeName(data))}</span><span class="node-kind" hidden> (${KIND_NAMES[kind]})</span><span class="node-state"></span></li>`;
+      first = false;
+      return item;
+    });
+    groups.push(`<li role="treeitem" aria-level="1" aria-expanded="true" tabindex="-1" data-kind-group="${kind}"><span class="kind-title">${title} <span class="muted">${nodes.length}</span></span><ul role="group">${items.join("")}</ul></li>`);
+  }
+  const tree = $("#nodes");
+  tree.innerHTML = groups.join("");
+  $("#nodes-count").textContent = String(elements.filter((e) => e.group === "nodes").length);
+  state.tree = new Map();
+  const data = new Map(elements.filter((e) => e.group === "nodes").map((e) => [e.data.id, e.data]));
+  for (const item of tree.querySelectorAll("[data-node]")) {
+    state.tree.set(item.dataset.node, { item, data: data.get(item.dataset.node), stateText: item.lastChild, detail: null });
+  }
+  if (state.selected) state.tree.get(state.selected)?.item.setAttribute("aria-selected", "true");
+}
+
+function paintTree(queuedOf) {
+  for (const entry of state.tree.values()) {
+    const { detail, classes } = nodeState(entry.data, queuedOf);
+    const shown = detail ? ` ${detail}` : "";
+    if (shown === entry.detail) continue;
+    entry.detail = shown;
+    entry.stateText.textContent = shown;
+    entry.stateText.className = `node-state ${classes.join(" ")}`;
+  }
+}
+
+function filterTree(term) {
+  let shown = null;
+  if (term) {
+    shown = new Set();
+    for (const [id, entry] of state.tree) {
+      if (!matches(entry.data, term)) continue;
+      shown.add(id);
+      for (const other of state.neighbours.get(id) || []) shown.add(other);
+    }
+  }
+  for (const [id, entry] of state.tree) entry.item.hidden = shown !== null && !shown.has(id);
+}
+
+// The node of the open panel, selected on the graph and in the text layer.
+function selectNode(id) {
+  if (state.selected && state.selected !== id) state.tree.get(state.selected)?.item.setAttribute("aria-selected", "false");
+  state.selected = id;
+  if (id) state.tree.get(id)?.item.setAttribute("aria-selected", "true");
+  const cy = window.triggerer.cy;
+  if (!cy) return;
+  const node = id ? cy.$id(id) : cy.collection();
+  cy.$(":selected").not(node).unselect();
+  if (node.length && !node.selected()) node.select();
+}
+
+function visibleItems() {
+  return [...$("#nodes").querySelectorAll("[role=treeitem]")].filter((item) => item.offsetParent !== null);
+}
+
+function focusItem(item) {
+  if (!item) return;
+  $("#nodes").querySelectorAll("[tabindex='0']").forEach((other) => other.setAttribute("tabindex", "-1"));
+  item.setAttribute("tabindex", "0");
+  item.focus();
+}
+
+// An entry chosen: its node opens (its panel, selected and centred on the graph).
+function chooseItem(item) {
+  if (item.dataset.kindGroup) {
+    item.setAttribute("aria-expanded", String(item.getAttribute("aria-expanded") !== "true"));
+    return;
+  }
+  const entry = state.tree.get(item.dataset.node);
+  if (!entry) return;
+  const node = window.triggerer.cy?.$id(entry.data.id);
+  if (node?.length) window.triggerer.cy.center(node);
+  openNode(entry.data);
+}
+
+$("#nodes").addEventListener("click", (event) => {
+  const item = event.target.closest("[role=treeitem]");
+  if (!item) return;
+  focusItem(item);
+  chooseItem(item);
+});
+
+$("#nodes").addEventListener("keydown", (event) => {
+  const item = event.target.closest("[role=treeitem]");
+  if (!item) return;
+  const items = visibleItems();
+  const at = items.indexOf(item);
+  const group = item.dataset.kindGroup !== undefined;
+  const moves = {
+    ArrowDown: () => focusItem(items[at + 1]),
+    ArrowUp: () => focusItem(items[at - 1]),
+    Home: () => focusItem(items[0]),
+    End: () => focusItem(items.at(-1)),
+    ArrowRight: () => (group ? item.setAttribute("aria-expanded", "true") : null),
+    ArrowLeft: () => (group ? item.setAttribute("aria-expanded", "false") : focusItem(item.parentElement.closest("[role=treeitem]"))),
+    Enter: () => chooseItem(item),
+    " ": () => chooseItem(item),
+  };
+  if (!moves[event.key]) return;
+  event.preventDefault();
+  moves[event.key]();
+});
+
+$("#graph").addEventListener("pointerdown", () => { state.pointerDown = true; });
+window.addEventListener("pointerup", () => { state.pointerDown = false; });
+$("#graph").addEventListener("wheel", () => { state.userMoved = true; }, { passive: true });
+
 // ---------------------------------------------------------------- polling
 
 async function refresh() {
-  if (state.busy || sessionStorage.getItem(TOKEN_KEY) === null) return;
+  if (state.busy || state.waitingForToken) return;
   state.busy = true;
   try {
     const assetsRead = state.structure ? null : all("/assets"); // groups, at the first poll
@@ -449,13 +682,23 @@ async function refresh() {
       state.structure = structure;
     }
     const signature = `${$("#collapse").checked}${structure}`;
+    const started = performance.now();
     if (signature !== state.signature) {
       state.signature = signature;
-      drawGraph(await graphLibrary, lineage);
+      state.elements = elementsOf(lineage);
+      state.drawn = false;
+      buildTree(state.elements);
+    }
+    // The text layer does not wait for the graph's libraries (nor needs them).
+    const cytoscape = await graphLibrary.catch(() => null);
+    if (cytoscape && !state.drawn) {
+      state.drawn = true;
+      drawGraph(cytoscape, state.elements, started);
     } else {
       paintGraph();
     }
     await renderRoute();
+    await renderOverview();
     $("#status").textContent = `updated ${new Date().toLocaleTimeString()}`;
     window.triggerer.polls += 1;
   } catch (error) {
@@ -486,42 +729,204 @@ function route() {
   return { kind, key: decodeURIComponent(rest.join("/")) };
 }
 
+// The graph's node of a route (#/asset/3 -> asset:3), or null.
+function routeNode({ kind, key }) {
+  return ["asset", "pipeline", "watcher", "alias"].includes(kind) ? `${kind}:${key}` : null;
+}
+
+// Pages with a part that stays across polls (filters, a choice of window): it is written once,
+// and only their [data-results] part is written again at each poll.
+const SHELLS = { runs: () => runsShell(), activity: () => activityShell() };
+
 async function renderRoute() {
   const { kind, key } = route();
   const onGraph = ["", "asset", "pipeline", "watcher", "alias"].includes(kind);
   const refit = onGraph && ($("#graph").hidden || $("#panel").hidden !== !kind);
   $("#graph").hidden = !onGraph;
+  $("#sidebar").hidden = !onGraph;
   $("#page").hidden = onGraph;
   $("#panel").hidden = !onGraph || !kind;
+  const nav = onGraph ? "graph" : kind === "run" ? "runs" : kind;
   document.querySelectorAll("header nav a").forEach((a) => {
-    a.classList.toggle("active", a.dataset.nav === (onGraph ? "graph" : kind));
+    a.classList.toggle("active", a.dataset.nav === nav);
   });
+  if (onGraph) selectNode(routeNode({ kind, key }));
   // The panel takes room from the graph, and one laid out while hidden had no size: fit it
-  // to the room it has now.
+  // to the room it has now (unless the user has zoomed or panned it).
   window.triggerer.cy?.resize();
-  if (refit && window.triggerer.cy) fit(window.triggerer.cy);
-  const target = onGraph ? $("#panel") : $("#page");
-  const renderers = { asset: assetPanel, pipeline: pipelinePanel, watcher: watcherPanel, alias: aliasPanel, event: tracePage, watchers: watchersPage, "dead-letters": deadLettersPage };
+  if (refit && window.triggerer.cy && !state.userMoved) fit(window.triggerer.cy);
+  let target = onGraph ? $("#panel") : $("#page");
+  const renderers = {
+    asset: assetPanel, pipeline: pipelinePanel, watcher: watcherPanel, alias: aliasPanel, event: tracePage,
+    watchers: watchersPage, "dead-letters": deadLettersPage, runs: runsPage, run: runPage, activity: activityPage,
+  };
   if (!renderers[kind]) return;
   try {
-    const content = await renderers[kind](key);
+    if (SHELLS[kind] && !target.querySelector(`[data-shell="${kind}"]`)) target.innerHTML = SHELLS[kind]();
+    if (SHELLS[kind]) target = target.querySelector("[data-results]");
+    const specs = [];
+    const content = await renderers[kind](key, specs);
     if (route().kind === kind && route().key === key) {
       target.innerHTML = content;
       // A followed log shows its newest lines.
       target.querySelectorAll("pre.log").forEach((log) => { log.scrollTop = log.scrollHeight; });
+      await mountCharts(target, specs);
     }
   } catch (error) {
     if (!(error instanceof Unauthorized)) target.innerHTML = html`<p class="error">${error.message}</p>`;
   }
 }
 
+// ---------------------------------------------------------------- charts
+
+// A chart's place in a page: its caption (what it shows, in words: for find-in-page, screen
+// readers and tests), the plot, and the numbers under the pointer. mountCharts draws it.
+function chartFigure(spec, specs) {
+  specs.push(spec);
+  return raw(html`<figure class="chart-figure" data-chart="${spec.key}"><figcaption>${spec.caption}</figcaption>
+    <div class="chart" role="img" aria-label="${spec.caption}"></div><p class="chart-hover" aria-live="off"></p></figure>`);
+}
+
+// Each spec's uPlot in its figure: made once per key (and per set of series), then moved into
+// the figure written again at each poll and given the new numbers.
+async function mountCharts(root, specs) {
+  if (!specs.length) return;
+  const Plot = await chartLibrary.catch(() => null);
+  if (!Plot) return;
+  for (const spec of specs) {
+    const holder = root.querySelector(`[data-chart="${spec.key}"] .chart`);
+    if (!holder) continue;
+    const width = Math.max(200, Math.floor(holder.getBoundingClientRect().width));
+    const signature = JSON.stringify([spec.series.map((s) => s.label), spec.height]);
+    let plot = charts.get(spec.key);
+    if (plot && plot.signature === signature) {
+      holder.append(plot.root);
+      plot.spec = spec;
+      plot.setData(spec.data);
+      if (plot.width !== width) plot.setSize({ width, height: spec.height });
+      continue;
+    }
+    plot?.destroy();
+    plot = new Plot(chartOptions(spec, width), spec.data, holder);
+    plot.signature = signature;
+    plot.spec = spec;
+    charts.set(spec.key, plot);
+  }
+}
+
+function chartOptions(spec, width) {
+  return {
+    width,
+    height: spec.height,
+    series: [{ label: "time", value: (u, v) => (v == null ? "–" : new Date(v * 1000).toLocaleTimeString()) }, ...spec.series],
+    scales: {
+      // A timeline spans its window, however few its points.
+      x: { time: true, ...(spec.xRange ? { range: (u) => (u.spec ?? spec).xRange } : {}) },
+      y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] },
+    },
+    axes: [{}, { size: 45 }],
+    legend: { show: spec.legend !== false },
+    cursor: { points: { size: 6 } },
+    hooks: {
+      setCursor: [(u) => {
+        const hover = u.root.closest("figure")?.querySelector(".chart-hover");
+        if (hover) hover.textContent = u.cursor.idx == null ? "" : u.spec.describe(u.cursor.idx);
+      }],
+    },
+  };
+}
+
+const clock = (seconds) => new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+const WINDOW_WORDS = { hour: "hour", day: "day" };
+
+// Events per minute: in total, and for each asset listed (none in the small overview).
+function eventsChart(key, activityRead, { assets = true, height = 180, legend = true } = {}) {
+  const shown = assets ? activityRead.assets : [];
+  const counts = activityRead.counts;
+  const busiest = counts.reduce((best, n, i) => (n > counts[best] ? i : best), 0);
+  const caption = `${activityRead.events} events in the last ${WINDOW_WORDS[activityRead.window]}` +
+    (activityRead.events ? `; busiest minute ${clock(activityRead.buckets[busiest])} with ${counts[busiest]}` : "");
+  return {
+    key, height, legend, caption,
+    series: [
+      { label: "all events", stroke: "#1d2330", width: 1.5, fill: "rgba(75,108,183,.12)" },
+      ...shown.map((asset, i) => ({ label: asset.uri, stroke: PALETTE[i % PALETTE.length], width: 1 })),
+    ],
+    data: [activityRead.buckets, counts, ...shown.map((asset) => asset.counts)],
+    describe: (i) => `${clock(activityRead.buckets[i])}: ${counts[i]} event(s)` +
+      shown.filter((a) => a.counts[i]).map((a) => `, ${a.uri} ${a.counts[i]}`).join(""),
+  };
+}
+
+function lagChart(key, lag) {
+  const latest = lag.watchers.map((w) => `${w.watchers.join(", ")} ${w.latest ?? "–"}`).join("; ");
+  return {
+    key, height: 180,
+    caption: lag.watchers.length ? `Lag per minute over the last ${WINDOW_WORDS[lag.window]}, latest: ${latest}` : `No watcher reported a lag in the last ${WINDOW_WORDS[lag.window]}`,
+    series: lag.watchers.map((w, i) => ({ label: w.watchers.join(", ") || `trigger ${w.trigger_id}`, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true })),
+    data: [lag.buckets, ...lag.watchers.map((w) => w.lag)],
+    describe: (i) => `${clock(lag.buckets[i])}: ` + lag.watchers.map((w) => `${w.watchers.join(", ")} ${w.lag[i] ?? "–"}`).join(", "),
+  };
+}
+
+// Runs on a timeline: each run a point at its start (its creation if not started) and its
+// duration, coloured by its state.
+function timelineChart(key, timeline, { height = 200 } = {}) {
+  const runs = [...timeline.runs].reverse(); // oldest first, as uPlot wants its x
+  const at = (run) => Date.parse(run.start_date || run.created_at) / 1000;
+  const states = RUN_STATES.filter((s) => runs.some((run) => run.state === s));
+  const counts = Object.entries(timeline.states).map(([s, n]) => `${n} ${s}`).join(", ");
+  return {
+    key, height, xRange: [Date.parse(timeline.since) / 1000, Date.now() / 1000],
+    caption: `${Object.values(timeline.states).reduce((a, b) => a + b, 0)} runs since ${new Date(timeline.since).toLocaleString()}${counts ? `: ${counts}` : ""}`,
+    series: states.map((s) => ({
+      label: s, stroke: STATE_COLOURS[s], paths: () => null,
+      points: { show: true, size: 7, fill: STATE_COLOURS[s], stroke: STATE_COLOURS[s] },
+      value: (u, v) => (v == null ? "–" : `${v.toFixed(1)}s`),
+    })),
+    data: [runs.map(at), ...states.map((s) => runs.map((run) => (run.state === s ? run.duration_s ?? 0 : null)))],
+    describe: (i) => {
+      const run = runs[i];
+      return run ? `${run.run_id} (${run.pipeline_id}): ${run.state}, ${run.duration_s == null ? "not started" : `${run.duration_s.toFixed(1)}s`}` : "";
+    },
+  };
+}
+
+// A pipeline's runs' durations, oldest to newest.
+function durationsChart(key, timeline) {
+  const runs = timeline.runs.filter((run) => run.start_date).reverse();
+  const durations = runs.map((run) => run.duration_s);
+  const sorted = [...durations].sort((a, b) => a - b);
+  return {
+    key, height: 120, legend: false,
+    caption: runs.length ? `Durations of its last ${runs.length} run(s): median ${sorted[Math.floor(sorted.length / 2)].toFixed(1)}s, longest ${sorted.at(-1).toFixed(1)}s` : "No run has started yet",
+    series: [{ label: "duration", stroke: "#4b6cb7", width: 1.5, points: { show: true, size: 6 }, value: (u, v) => (v == null ? "–" : `${v.toFixed(1)}s`) }],
+    data: [runs.map((run) => Date.parse(run.start_date) / 1000), durations],
+    describe: (i) => (runs[i] ? `${runs[i].run_id}: ${runs[i].state}, ${durations[i].toFixed(1)}s` : ""),
+  };
+}
+
+// The overview over the text layer: events per minute in the last hour.
+async function renderOverview() {
+  if ($("#sidebar").hidden) return;
+  try {
+    const read = await activity("events?window=hour&top=1");
+    const specs = [];
+    $("#overview").innerHTML = chartFigure(eventsChart("overview", read, { assets: false, height: 90, legend: true }), specs).raw;
+    await mountCharts($("#overview"), specs);
+  } catch (error) {
+    if (!(error instanceof Unauthorized)) $("#overview").textContent = error.message;
+  }
+}
+
 const closeLink = raw('<a class="close" href="#/">close ✕</a>');
 
-async function assetPanel(id) {
-  const [asset, events, queued] = await Promise.all([
+async function assetPanel(id, specs) {
+  const [asset, events, queued, perMinute] = await Promise.all([
     api(`/assets/${id}`),
     api(`/assets/events?asset_id=${id}&limit=${EVENTS_PER_PAGE}&offset=${state.eventsOffset}`),
     api(`/assets/${id}/queuedEvents?limit=${PAGE}`),
+    activity(`events?window=hour&asset_id=${id}&top=1`),
   ]);
   const byPipeline = new Map();
   for (const row of queued) byPipeline.set(row.pipeline_id, (byPipeline.get(row.pipeline_id) || 0) + 1);
@@ -532,6 +937,8 @@ async function assetPanel(id) {
     <dt>consumers</dt><dd>${asset.consumers.map((p) => raw(html`<a href="#/pipeline/${p}">${p}</a> `))}</dd></dl>
     <h3>extra</h3><pre>${json(asset.extra)}</pre>
     <p><button id="create-event" data-asset-id="${asset.id}" data-asset-name="${asset.name}">Create event…</button></p>
+    <h2>Events per minute</h2>
+    ${chartFigure(eventsChart(`asset-${asset.id}`, perMinute, { assets: false, height: 110, legend: false }), specs)}
     <h2>Queued events</h2>
     ${byPipeline.size ? raw(html`<table><tr><th>pipeline</th><th>queued</th><th></th></tr>${[...byPipeline].map(([p, n]) => raw(html`<tr><td>${p}</td><td>${n}</td><td><button data-delete-queued="${p}" data-asset-id="${asset.id}">delete</button></td></tr>`))}</table>`) : raw('<p class="muted">none</p>')}
     <h2>Events</h2>
@@ -541,10 +948,12 @@ async function assetPanel(id) {
     <button data-events-page="1" ${raw(events.length < EVENTS_PER_PAGE ? "disabled" : "")}>older</button></p>`;
 }
 
-async function pipelinePanel(id) {
+async function pipelinePanel(id, specs) {
   const path = `/pipelines/${encodeURIComponent(id)}`;
-  const [pipeline, explained, runs] = await Promise.all([
+  const weekAgo = new Date(Date.now() - 7 * 86400_000).toISOString().slice(0, 16);
+  const [pipeline, explained, runs, timeline] = await Promise.all([
     api(path), api(`${path}/explain`), api(`${path}/runs?limit=20`),
+    activity(`runs?pipeline_id=${encodeURIComponent(id)}&since=${weekAgo}&limit=50`),
   ]);
   const log = state.logRun ? await api(`/runs/${encodeURIComponent(state.logRun)}/logs`).catch((e) => e.message) : null;
   return html`${closeLink}<h1 data-pipeline="${pipeline.pipeline_id}">${pipeline.pipeline_id}</h1>
@@ -559,6 +968,7 @@ async function pipelinePanel(id) {
     <p><button id="toggle-pause" data-pipeline="${pipeline.pipeline_id}" data-paused="${pipeline.paused}">${pipeline.paused ? "Unpause" : "Pause"}</button>
     <button id="trigger" data-pipeline="${pipeline.pipeline_id}">Trigger…</button></p>
     <h2>Runs</h2>
+    ${chartFigure(durationsChart(`durations-${pipeline.pipeline_id}`, timeline), specs)}
     <table class="runs"><tr><th>run <span class="muted">(log)</span></th><th>state</th><th>start</th><th>duration</th><th>events</th></tr>
     ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${shortRunId(r)}</button>`) : shortRunId(r)}${r.rerun_of ? raw(html`<br><span class="muted" data-rerun-of="${r.rerun_of}">re-run of ${shortRunId({ run_id: r.rerun_of, pipeline_id: r.pipeline_id })}</span>`) : ""}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""} ${runControl(r)}</td><td>${started(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
     ${runs.length ? "" : raw('<p class="muted">no runs yet</p>')}
@@ -589,11 +999,77 @@ async function aliasPanel(id) {
     <dt>producers</dt><dd>${alias.producers.join(", ")}</dd><dt>consumers</dt><dd>${alias.consumers.join(", ")}</dd></dl>`;
 }
 
-async function watchersPage() {
+async function watchersPage(key, specs) {
   const watchers = [...state.watchers.values()];
-  return html`<h1>Watchers</h1><table class="watchers"><tr><th>watcher</th><th>asset</th><th>trigger</th><th>state</th><th>lag</th><th>last poll</th><th>restarts</th><th>last error</th></tr>
+  const lag = await activity("watcherLag?window=hour");
+  return html`<h1>Watchers</h1>${chartFigure(lagChart("watchers-lag", lag), specs)}<table class="watchers"><tr><th>watcher</th><th>asset</th><th>trigger</th><th>state</th><th>lag</th><th>last poll</th><th>restarts</th><th>last error</th></tr>
     ${watchers.map((w) => raw(html`<tr data-watcher="${w.watcher}"><td><a href="#/watcher/${w.asset_id}:${w.watcher}">${w.watcher}</a></td><td><a href="#/asset/${w.asset_id}">${w.asset}</a></td><td>${w.trigger}</td><td>${badge(w.state)}</td><td>${w.lag ?? "–"}</td><td>${age(w.last_poll_at)}</td><td>${w.restarts}</td><td class="error">${w.last_error || ""}</td></tr>`))}</table>
     ${watchers.length ? "" : raw('<p class="muted">no watchers</p>')}`;
+}
+
+function activityShell() {
+  return html`<div data-shell="activity"><h1>Activity</h1>
+    <p class="filters" role="radiogroup" aria-label="Window">${["hour", "day"].map((w) => raw(html`<label><span>last ${w}</span><input type="radio" name="window" value="${w}" ${raw(state.window === w ? "checked" : "")}></label>`))}</p>
+    <div data-results></div></div>`;
+}
+
+// The charts of the whole flow: events per minute, watchers' lag, the runs.
+async function activityPage(key, specs) {
+  const since = new Date(Date.now() - (state.window === "day" ? 86400_000 : 3600_000)).toISOString().slice(0, 16);
+  const [events, lag, timeline] = await Promise.all([
+    activity(`events?window=${state.window}`),
+    activity(`watcherLag?window=${state.window}`),
+    activity(`runs?since=${since}`),
+  ]);
+  return html`<div class="charts">
+    <section><h2>Events per minute</h2>${chartFigure(eventsChart("activity-events", events), specs)}</section>
+    <section><h2>Runs</h2>${chartFigure(timelineChart("activity-runs", timeline), specs)}</section>
+    <section><h2>Watcher lag</h2>${chartFigure(lagChart("activity-lag", lag), specs)}</section></div>`;
+}
+
+const SINCE_CHOICES = [[3600, "last hour"], [6 * 3600, "last 6 hours"], [86400, "last day"], [7 * 86400, "last 7 days"], [30 * 86400, "last 30 days"]];
+
+function runsShell() {
+  const f = state.runsFilter;
+  const pipelines = [...state.pipelines.keys()].sort();
+  return html`<div data-shell="runs"><h1>Runs</h1>
+    <form class="filters" id="runs-filters">
+      <label>pipeline<select name="pipeline"><option value="">all</option>${pipelines.map((p) => raw(html`<option ${raw(f.pipeline === p ? "selected" : "")}>${p}</option>`))}</select></label>
+      <label>state<select name="state"><option value="">all</option>${RUN_STATES.map((s) => raw(html`<option ${raw(f.state === s ? "selected" : "")}>${s}</option>`))}</select></label>
+      <label>created<select name="since_s">${SINCE_CHOICES.map(([s, words]) => raw(html`<option value="${s}" ${raw(f.since_s === s ? "selected" : "")}>${words}</option>`))}</select></label>
+    </form><div data-results></div></div>`;
+}
+
+// Every run across pipelines, newest first, filtered; the timeline of the same runs above.
+async function runsPage(key, specs) {
+  const f = state.runsFilter;
+  const since = new Date(Math.floor((Date.now() - f.since_s * 1000) / 60_000) * 60_000).toISOString();
+  const query = `since=${encodeURIComponent(since)}${f.pipeline ? `&pipeline_id=${encodeURIComponent(f.pipeline)}` : ""}${f.state ? `&state=${f.state}` : ""}`;
+  const [timeline, runs] = await Promise.all([activity(`runs?${query}`), api(`/runs?${query}&limit=200`)]);
+  return html`${chartFigure(timelineChart("runs-timeline", timeline), specs)}
+    <table class="runs all-runs"><tr><th>run</th><th>pipeline</th><th>state</th><th>start</th><th>duration</th><th>events</th><th>log and trace</th></tr>
+    ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td><a href="#/run/${encodeURIComponent(r.run_id)}">${r.run_id}</a></td><td><a href="#/pipeline/${encodeURIComponent(r.pipeline_id)}">${r.pipeline_id}</a></td><td>${badge(r.state)}</td><td>${started(r)}</td><td>${duration(r)}</td><td>${r.events}</td><td><a href="#/run/${encodeURIComponent(r.run_id)}" data-run-log>log</a> · <a href="#/run/${encodeURIComponent(r.run_id)}" data-run-trace>events</a></td></tr>`))}</table>
+    ${runs.length ? "" : raw('<p class="muted">no runs in this window</p>')}`;
+}
+
+// One run: what it consumed (each event linking to its trace), what it produced, its log.
+async function runPage(id) {
+  const run = await api(`/runs/${encodeURIComponent(id)}`);
+  const [log, events] = await Promise.all([
+    run.start_date ? api(`/runs/${encodeURIComponent(id)}/logs`).catch((error) => error.message) : "not started",
+    run.start_date ? api(`/assets/events?since=${encodeURIComponent(run.created_at)}&limit=${PAGE}`) : [],
+  ]);
+  const outlets = events.filter((event) => event.source_run_id === run.run_id).reverse();
+  const eventRows = (rows) => rows.map((e) => raw(html`<tr data-event-id="${e.id}"><td><a href="#/event/${e.id}">trace of event ${e.id}</a></td><td><a href="#/asset/${e.asset_id}">${e.uri}</a></td><td>${age(e.timestamp)}</td></tr>`));
+  return html`<h1 data-run="${run.run_id}">Run ${run.run_id}</h1>
+    <dl><dt>pipeline</dt><dd><a href="#/pipeline/${encodeURIComponent(run.pipeline_id)}">${run.pipeline_id}</a></dd>
+    <dt>state</dt><dd>${badge(run.state)} ${runControl(run)}</dd><dt>type</dt><dd>${run.run_type}</dd>
+    <dt>start</dt><dd>${started(run)}</dd><dt>duration</dt><dd>${duration(run) || "–"}</dd>
+    <dt>try</dt><dd>${run.try_number} of ${run.max_tries}</dd>${run.rerun_of ? raw(html`<dt>re-run of</dt><dd><a href="#/run/${encodeURIComponent(run.rerun_of)}">${run.rerun_of}</a></dd>`) : ""}</dl>
+    ${run.error ? raw(html`<p class="error">${run.error}</p>`) : ""}
+    <h2>Consumed events</h2>${run.consumed.length ? raw(html`<table>${eventRows(run.consumed)}</table>`) : raw('<p class="muted">none</p>')}
+    <h2>Produced events</h2>${outlets.length ? raw(html`<table>${eventRows(outlets)}</table>`) : raw('<p class="muted">none</p>')}
+    <h2 id="log">Log</h2><pre class="log">${log}</pre>`;
 }
 
 async function deadLettersPage() {
@@ -719,8 +1195,18 @@ $("#token-form").addEventListener("submit", (event) => {
   event.preventDefault();
   setToken($("#token-input").value.trim());
 });
-$("#token-none").addEventListener("click", () => setToken(""));
 $("#search").addEventListener("input", filterGraph);
+$("#page").addEventListener("change", (event) => {
+  const { name, value } = event.target;
+  if (event.target.closest("#runs-filters")) {
+    state.runsFilter = { ...state.runsFilter, [name]: name === "since_s" ? Number(value) : value };
+  } else if (name === "window") {
+    state.window = value;
+  } else {
+    return;
+  }
+  renderRoute();
+});
 $("#collapse").addEventListener("change", () => {
   state.signature = "";
   refresh();
@@ -734,7 +1220,14 @@ window.addEventListener("hashchange", () => {
   renderRoute();
 });
 
-// Ask for the token before the first request: a 401 would be a console error on every open.
-if (sessionStorage.getItem(TOKEN_KEY) === null) askToken();
-refresh();
-setInterval(refresh, POLL_MS);
+// The token is asked for only when the API wants one: /healthz (open) says so, so that the page
+// needs no 401 (a console error) to find out. With a token kept from earlier, polls start at once.
+async function start() {
+  if (sessionStorage.getItem(TOKEN_KEY) === null) {
+    const health = await fetch(`${API}/healthz`).then((r) => r.json()).catch(() => ({}));
+    if (health.token_required) askToken();
+  }
+  refresh();
+  setInterval(refresh, POLL_MS);
+}
+start();
