@@ -1,8 +1,10 @@
 """Google Pub/Sub watcher: ``PubSubTrigger``, its ``pubsub://PROJECT/SUBSCRIPTION`` URIs, the
 producer ``send`` and ``PROVIDER``.
 
-The pulling, acks and deadlines live in :mod:`watchers.pubsub_puller`, which a trigger reads
-through with a ``ReaderSpec`` and whose ``ReaderStats`` hold its counters, lag and last poll.
+The pulling lives in :mod:`watchers.pubsub_puller`, which a trigger reads through with a
+``ReaderSpec`` and whose ``ReaderStats`` hold its counters, lag and last poll; its acks and
+deadlines in :mod:`watchers.pubsub_acks`; the clients, the puller's and ``send``'s, in
+:mod:`watchers.pubsub_client`.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from watchers import pubsub_puller
 from watchers.clients import require
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import import_callable
+from watchers.pubsub_client import connect
 from watchers.pubsub_puller import (
     Prepared,
     Reader,
     ReaderSpec,
     ReaderStats,
-    connect,
     message_payload,
     missing,
 )

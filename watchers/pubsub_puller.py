@@ -1,17 +1,17 @@
 """The puller of one Google Pub/Sub subscription, and the readers it hands each message to.
 
+The puller composes the rest: its clients (:mod:`watchers.pubsub_client`) and the messages it
+holds, with their acks, nacks and deadline extensions (:mod:`watchers.pubsub_acks`).
+
 Every trigger reading the subscription is a reader of its puller and is handed each message; a
 message is acknowledged once every reader is done with it (its event committed and acked, or
-filtered, or dead-lettered), in batched ``Acknowledge`` calls. Until then its ack deadline is
-extended (``ModifyAckDeadline``) every third of the deadline, so a slow commit does not let
-Pub/Sub hand it to another consumer. A message a reader could not process is nacked (deadline 0:
-Pub/Sub delivers it again at once, or, where the subscription has a dead-letter policy, forwards
-it to the dead-letter topic after its ``max_delivery_attempts``). A message that a watcher of
-the daemon missed (not running at the moment) is left to its deadline, and comes back then.
+filtered, or dead-lettered); until then its ack deadline is extended. A message a reader could
+not process is nacked; one that a watcher of the daemon missed (not running at the moment) is
+left to its deadline, and comes back then.
 
-Without a dead-letter policy, deliveries are counted here, in memory and by message id, so a
-restart of the daemon starts the count again: a failing message is yielded as a dead letter on
-its ``max_deliveries``-th delivery to this process.
+Without a dead-letter policy, deliveries are counted in memory and by message id, so a restart
+of the daemon starts the count again: a failing message is yielded as a dead letter on its
+``max_deliveries``-th delivery to this process.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import contextlib
 import contextvars
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime
@@ -30,31 +29,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from triggerer.backoff import Backoff
-from triggerer.connections import get_connection
 from triggerer.triggers import TriggerEvent
 from watchers.clients import require
 from watchers.payloads import decode_body
+from watchers.pubsub_acks import HeldMessages
+from watchers.pubsub_client import connect
 
 if TYPE_CHECKING:
-    from google.pubsub_v1.services.publisher import PublisherAsyncClient
-    from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
+    from watchers.pubsub_acks import Held
+    from watchers.pubsub_client import Clients
 
 log = structlog.get_logger(__name__)
 
 #: How long a pull may wait for messages (Pub/Sub answers at once when some are waiting).
 PULL_TIMEOUT_S = 30.0
-#: Ack ids in one Acknowledge or ModifyAckDeadline call (Pub/Sub takes up to 2,500).
-ACK_IDS_PER_CALL = 1000
 BACKOFF_MAX_S = 10.0
 CALL_TIMEOUT_S = 30.0
 CLEANUP_TIMEOUT_S = 10.0
 #: How long the pulls of a new puller wait for the other watchers of its subscription.
 JOIN_WAIT_S = 5.0
-#: Delivery counts kept (without a dead-letter policy) before the oldest are forgotten.
-MAX_COUNTED = 100_000
-#: Settings a named connection may hold.
-CONNECTION_KEYS = frozenset({"credentials_file"})
-SCOPES = ("https://www.googleapis.com/auth/pubsub",)
 #: gRPC status codes worth a retry: the service is away for a moment, or busy.
 TRANSIENT_CODES = frozenset(
     {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "ABORTED", "RESOURCE_EXHAUSTED"}
@@ -181,19 +174,6 @@ class Pullers:
         return reader
 
 
-@dataclasses.dataclass(eq=False)
-class _Held:
-    """A received message not yet settled."""
-
-    ack_id: str
-    message_id: str
-    owners: int = 0
-    dispatching: bool = True
-    failed: bool = False
-    missed: bool = False
-    settled: bool = False
-
-
 @dataclasses.dataclass(frozen=True)
 class _Failure:
     error: BaseException
@@ -211,7 +191,7 @@ class Reader:
         default_factory=asyncio.Queue
     )
     slots: asyncio.Semaphore = dataclasses.field(init=False)
-    unacked: dict[object, _Held] = dataclasses.field(default_factory=dict)
+    unacked: dict[object, Held] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.slots = asyncio.Semaphore(self.buffer)
@@ -227,88 +207,6 @@ class Reader:
     async def leave(self) -> None:
         """The reader stopped: its unacked messages are nacked; the last reader closes."""
         await self.puller.leave(self)
-
-
-class Clients:
-    """The GAPIC asyncio clients of one puller or sender, and how to close them."""
-
-    def __init__(
-        self,
-        subscriber: SubscriberAsyncClient,
-        publisher: PublisherAsyncClient | None,
-        close: Callable[[], Awaitable[None]],
-    ) -> None:
-        self.subscriber = subscriber
-        self.publisher = publisher
-        self.aclose = close
-
-
-async def connect(
-    emulator_host: str | None, connection: str | None, *, publisher: bool = False
-) -> Clients:
-    """The clients for the emulator at ``emulator_host`` (else ``$PUBSUB_EMULATOR_HOST``) on an
-    insecure channel, else for Pub/Sub with the connection's ``credentials_file`` (a service
-    account's JSON key), else with the application default credentials."""
-    subscriber_module = require("google.pubsub_v1.services.subscriber", "pubsub")
-    publisher_module = require("google.pubsub_v1.services.publisher", "pubsub")
-    settings = get_connection(connection) if connection is not None else {}
-    unknown = set(settings) - CONNECTION_KEYS
-    if unknown:
-        raise ValueError(
-            f"connection {connection!r} has settings the Pub/Sub watcher does not know: "
-            f"{', '.join(sorted(unknown))}; valid: {', '.join(sorted(CONNECTION_KEYS))}"
-        )
-    host = emulator_host or os.environ.get("PUBSUB_EMULATOR_HOST") or None
-    if host is not None:
-        # The GAPIC asyncio clients ignore PUBSUB_EMULATOR_HOST: they are handed the channel.
-        grpc = require("grpc", "pubsub")
-        channel = grpc.aio.insecure_channel(host)
-        transports = subscriber_module.transports, publisher_module.transports
-        subscriber = subscriber_module.SubscriberAsyncClient(
-            transport=transports[0].SubscriberGrpcAsyncIOTransport(channel=channel)
-        )
-        sender = None
-        if publisher:
-            sender = publisher_module.PublisherAsyncClient(
-                transport=transports[1].PublisherGrpcAsyncIOTransport(channel=channel)
-            )
-        return Clients(subscriber, sender, channel.close)
-    # Reading a key file, or asking a metadata server, blocks: not on the event loop.
-    credentials = await asyncio.to_thread(_credentials, settings.get("credentials_file"))
-    subscriber = subscriber_module.SubscriberAsyncClient(credentials=credentials)
-    sender = publisher_module.PublisherAsyncClient(credentials=credentials) if publisher else None
-
-    async def close() -> None:
-        await subscriber.transport.close()
-        if sender is not None:
-            await sender.transport.close()
-
-    return Clients(subscriber, sender, close)
-
-
-def _credentials(credentials_file: str | None) -> Any:
-    if credentials_file is not None:
-        service_account = require("google.oauth2.service_account", "pubsub")
-        try:
-            return service_account.Credentials.from_service_account_file(
-                credentials_file, scopes=SCOPES
-            )
-        except (OSError, ValueError) as error:
-            raise ValueError(
-                f"credentials_file {credentials_file!r} is not a service account's JSON key: "
-                f"{error}"
-            ) from None
-    google_auth = require("google.auth", "pubsub")
-    exceptions = require("google.auth.exceptions", "pubsub")
-    try:
-        credentials, _ = google_auth.default(scopes=SCOPES)
-    except exceptions.DefaultCredentialsError as error:
-        raise ValueError(
-            "no Google credentials: name a connection with credentials_file (a service "
-            "account's JSON key), set up application default credentials, or give "
-            f"emulator_host / PUBSUB_EMULATOR_HOST for the emulator ({error})"
-        ) from None
-    return credentials
 
 
 def is_transient(error: BaseException) -> bool:
@@ -336,13 +234,8 @@ class Puller:
         self._log = log.bind(subscription=spec.subscription)
         self._readers: dict[str, Reader] = {}
         self._joined = asyncio.Event()
-        self._held: dict[str, _Held] = {}
-        self._acks: list[str] = []
-        self._nacks: list[str] = []
-        self._settling = asyncio.Event()
-        self._deliveries: dict[str, int] = {}
+        self._held = HeldMessages(spec.subscription, self._call_retrying)
         self._clients: Clients | None = None
-        self._ack_deadline_s = self._subscription_deadline_s = 10
         self._dead_letter_topic: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -370,21 +263,23 @@ class Puller:
             for reader in self._readers.values():
                 reader.events.put_nowait(_Failure(error))
             raise
-        self._subscription_deadline_s = subscription.ack_deadline_seconds or 10
-        self._ack_deadline_s = self._spec.ack_deadline_s or self._subscription_deadline_s
+        held = self._held
+        held.subscription_deadline_s = subscription.ack_deadline_seconds or 10
+        held.ack_deadline_s = self._spec.ack_deadline_s or held.subscription_deadline_s
         self._dead_letter_topic = subscription.dead_letter_policy.dead_letter_topic or None
+        held.count_deliveries = self._dead_letter_topic is None
         self._tasks = [
             self._spawn(self._pull_loop(), f"pubsub-pull-{number}")
             for number in range(self._spec.pullers)
         ]
         self._tasks += [
-            self._spawn(self._settle_loop(), "pubsub-ack"),
-            self._spawn(self._extend_loop(), "pubsub-extend"),
+            self._spawn(held.send_when_settled(), "pubsub-ack"),
+            self._spawn(held.extend_deadlines(), "pubsub-extend"),
         ]
         self._log.info(
             "pubsub_watcher_started",
             topic=subscription.topic,
-            ack_deadline_s=self._ack_deadline_s,
+            ack_deadline_s=held.ack_deadline_s,
             dead_letter_topic=self._dead_letter_topic,
             max_deliveries=None if self._dead_letter_topic else self._spec.max_deliveries,
         )
@@ -417,11 +312,10 @@ class Puller:
         try:
             async with asyncio.timeout(CLEANUP_TIMEOUT_S):
                 await _cancel_and_wait([settle_loop, extend_loop])
-                self._nacks += [held.ack_id for held in self._held.values()]
-                self._held.clear()
-                await self._send_settled()
+                self._held.nack_all()
+                await self._held.send_settled()
         except TimeoutError:
-            self._log.warning("pubsub_cleanup_timed_out", acks=len(self._acks))
+            self._log.warning("pubsub_cleanup_timed_out", acks=self._held.acks_due)
         finally:
             if self._clients is not None:
                 await self._clients.aclose()
@@ -446,7 +340,7 @@ class Puller:
             if not received:
                 self._set_lag()
                 continue
-            held = [self._hold(message) for message in received]
+            held = [self._held.hold(message) for message in received]
             if self._expected() - set(self._readers):
                 for entry in held:
                     entry.missed = True  # a watcher of the subscription is not running now
@@ -457,15 +351,6 @@ class Puller:
                 entry.dispatching = False
                 self._settle(entry)
 
-    def _hold(self, received: Any) -> _Held:
-        message_id = received.message.message_id
-        entry = self._held[received.ack_id] = _Held(received.ack_id, message_id)
-        if self._dead_letter_topic is None:
-            self._deliveries[message_id] = self._deliveries.pop(message_id, 0) + 1
-            if len(self._deliveries) > MAX_COUNTED:
-                del self._deliveries[next(iter(self._deliveries))]
-        return entry
-
     async def _all_joined(self) -> None:
         """Wait (a little) for the watchers expected on the subscription, so none misses the
         first messages."""
@@ -475,7 +360,7 @@ class Puller:
                     self._joined.clear()
                     await self._joined.wait()
 
-    async def _hand(self, reader: Reader, received: Any, held: list[_Held]) -> None:
+    async def _hand(self, reader: Reader, received: Any, held: list[Held]) -> None:
         reader.stats.received += len(held)
         for message, entry in zip(received, held, strict=True):
             token = object()
@@ -491,7 +376,7 @@ class Puller:
             reader.events.put_nowait(event)
 
     def _event_of(
-        self, reader: Reader, message: Any, entry: _Held, ack: Callable[[], Awaitable[None]]
+        self, reader: Reader, message: Any, entry: Held, ack: Callable[[], Awaitable[None]]
     ) -> TriggerEvent | None:
         """The reader's event of ``message``; ``None`` when filtered, or failing again."""
         dedup_key = f"{self._name}/{entry.message_id}"
@@ -522,7 +407,7 @@ class Puller:
             payload, dedup_key=dedup_key, ack=ack, partition_key=partition_key, sent_at=sent_at
         )
 
-    def _ack_of(self, reader: Reader, token: object, entry: _Held) -> Callable[[], Awaitable[None]]:
+    def _ack_of(self, reader: Reader, token: object, entry: Held) -> Callable[[], Awaitable[None]]:
         async def ack() -> None:
             if reader.unacked.pop(token, None) is None:
                 return  # acked already, or its reader left and the message comes back for it
@@ -531,10 +416,10 @@ class Puller:
 
         return ack
 
-    def _give_up(self, entry: _Held, error: Exception) -> str | None:
+    def _give_up(self, entry: Held, error: Exception) -> str | None:
         """The dead-letter reason once the message has failed ``max_deliveries`` times here;
         ``None`` while it is to be delivered again (always, under a dead-letter policy)."""
-        deliveries = self._deliveries.get(entry.message_id, 0)
+        deliveries = self._held.deliveries(entry.message_id)
         self._log.warning(
             "pubsub_message_failed",
             message_id=entry.message_id,
@@ -549,65 +434,16 @@ class Puller:
             f"max_deliveries={self._spec.max_deliveries})"
         )
 
-    def _settle(self, entry: _Held) -> None:
+    def _settle(self, entry: Held) -> None:
         """Once every reader is done with the message: ack it, nack it, or let it lapse."""
-        if entry.dispatching or entry.owners or entry.settled:
-            return
-        entry.settled = True
-        if self._held.pop(entry.ack_id, None) is None:
-            return  # nacked at close already
-        if entry.failed:
-            self._nacks.append(entry.ack_id)
-        elif entry.missed:
-            pass  # not extended any more: Pub/Sub delivers it again after its deadline
-        else:
-            self._acks.append(entry.ack_id)
-            self._deliveries.pop(entry.message_id, None)
-        self._settling.set()
-        self._set_lag()
+        if self._held.settle(entry):
+            self._set_lag()
 
     def _set_lag(self) -> None:
         for reader in self._readers.values():
             reader.stats.lag = len(self._held)
 
-    # -- acks, nacks and deadlines
-
-    async def _settle_loop(self) -> None:
-        while True:
-            await self._settling.wait()
-            self._settling.clear()
-            await self._send_settled()
-
-    async def _send_settled(self) -> None:
-        """Send the acks and nacks due. Each leaves its list once sent: a send cancelled at
-        close is sent again (an ack id acked twice is no error)."""
-        while self._acks:
-            chunk = self._acks[:ACK_IDS_PER_CALL]
-            await self._call_retrying("acknowledge", subscription=self._subscription, ack_ids=chunk)
-            del self._acks[: len(chunk)]
-        while self._nacks:
-            chunk = self._nacks[:ACK_IDS_PER_CALL]
-            await self._call_retrying(
-                "modify_ack_deadline",
-                subscription=self._subscription,
-                ack_ids=chunk,
-                ack_deadline_seconds=0,
-            )
-            del self._nacks[: len(chunk)]
-
-    async def _extend_loop(self) -> None:
-        """Every third of the deadline (the shorter of the subscription's and ours), extend the
-        deadline of every message held."""
-        while True:
-            await asyncio.sleep(min(self._ack_deadline_s, self._subscription_deadline_s) / 3)
-            held = [held.ack_id for held in self._held.values() if not held.missed]
-            for chunk in _chunks(held):
-                await self._call_retrying(
-                    "modify_ack_deadline",
-                    subscription=self._subscription,
-                    ack_ids=chunk,
-                    ack_deadline_seconds=self._ack_deadline_s,
-                )
+    # -- calls, and the tasks making them
 
     async def _call_retrying(
         self,
@@ -651,11 +487,6 @@ class Puller:
             self.done = True  # its readers fail; the next to join opens a new puller
             for reader in self._readers.values():
                 reader.events.put_nowait(_Failure(error))
-
-
-def _chunks(ack_ids: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(ack_ids), ACK_IDS_PER_CALL):
-        yield ack_ids[start : start + ACK_IDS_PER_CALL]
 
 
 async def _cancel_and_wait(tasks: list[asyncio.Task[None]]) -> None:
