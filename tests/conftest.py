@@ -1,6 +1,12 @@
 pytest_plugins = [
     "tests.fixtures.database",
     "tests.fixtures.brokers",
+    "tests.fixtures.kinesis",
+    "tests.fixtures.pubsub",
+    "tests.fixtures.mqtt",
     "tests.fixtures.spark",
     "tests.fixtures.postgres_cluster",
+    "tests.fixtures.nats",
+    "tests.fixtures.redis",
+    "tests.fixtures.rabbitmq",
 ]

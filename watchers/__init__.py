@@ -1,4 +1,5 @@
-"""Triggers for message queues (SQS, Kafka) and files; see ``MessageQueueTrigger``."""
+"""Triggers for message queues (Kafka, SQS, Kinesis, NATS, Redis, RabbitMQ, Pub/Sub, MQTT) and files;
+see ``MessageQueueTrigger``."""
 
 import importlib
 import typing
@@ -6,10 +7,29 @@ import typing
 if typing.TYPE_CHECKING:
     from watchers.file import FileTrigger
     from watchers.kafka import KafkaTrigger
+    from watchers.kinesis import KinesisTrigger
+    from watchers.mqtt import MqttTrigger
+    from watchers.nats import NatsTrigger
+    from watchers.pubsub import PubSubTrigger
     from watchers.queue import MessageQueueTrigger
+    from watchers.rabbitmq import RabbitMqTrigger
+    from watchers.redis_pubsub import RedisPubSubTrigger
+    from watchers.redis_streams import RedisStreamTrigger
     from watchers.sqs import SqsTrigger
 
-__all__ = ("FileTrigger", "KafkaTrigger", "MessageQueueTrigger", "SqsTrigger")
+__all__ = (
+    "FileTrigger",
+    "KafkaTrigger",
+    "KinesisTrigger",
+    "MessageQueueTrigger",
+    "MqttTrigger",
+    "NatsTrigger",
+    "PubSubTrigger",
+    "RabbitMqTrigger",
+    "RedisPubSubTrigger",
+    "RedisStreamTrigger",
+    "SqsTrigger",
+)
 
 # The module defining each name, imported when the name is first asked for (PEP 562): a
 # module of this package (``watchers.producers``, ``watchers.kafka_fetcher``) is imported
@@ -17,7 +37,14 @@ __all__ = ("FileTrigger", "KafkaTrigger", "MessageQueueTrigger", "SqsTrigger")
 _HOME_OF = {
     "FileTrigger": "watchers.file",
     "KafkaTrigger": "watchers.kafka",
+    "KinesisTrigger": "watchers.kinesis",
     "MessageQueueTrigger": "watchers.queue",
+    "RabbitMqTrigger": "watchers.rabbitmq",
+    "RedisPubSubTrigger": "watchers.redis_pubsub",
+    "RedisStreamTrigger": "watchers.redis_streams",
+    "MqttTrigger": "watchers.mqtt",
+    "NatsTrigger": "watchers.nats",
+    "PubSubTrigger": "watchers.pubsub",
     "SqsTrigger": "watchers.sqs",
 }
 

@@ -27,10 +27,15 @@ BUILT_IN = {
     "sqs": "watchers.sqs:PROVIDER",
     "https": "watchers.sqs:PROVIDER",  # an SQS queue URL
     "http": "watchers.sqs:PROVIDER",  # an SQS queue URL on a local endpoint
+    "amqp": "watchers.rabbitmq:PROVIDER",
+    "amqps": "watchers.rabbitmq:PROVIDER",  # AMQP over TLS
     "kinesis": "watchers.kinesis:PROVIDER",
     "pubsub": "watchers.pubsub:PROVIDER",
+    "nats": "watchers.nats:PROVIDER",
     "redis+stream": "watchers.redis_streams:PROVIDER",
     "redis+pubsub": "watchers.redis_pubsub:PROVIDER",
+    "mqtt": "watchers.mqtt:PROVIDER",
+    "mqtts": "watchers.mqtt:PROVIDER",  # MQTT over TLS
 }
 
 

@@ -10,6 +10,12 @@ from pathlib import Path
 BENCHMARKS = (
     "bench_kafka",
     "bench_sqs",
+    "bench_nats",
+    "bench_rabbitmq",
+    "bench_kinesis",
+    "bench_pubsub",
+    "bench_mqtt",
+    "bench_redis_streams",
     "bench_latency",
     "bench_spark",
     "bench_ingest",

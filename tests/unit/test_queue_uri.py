@@ -27,7 +27,21 @@ def refusal(queue: str, **options: Any) -> str:
 
 
 def test_public_api() -> None:
-    assert watchers.__all__ == ("FileTrigger", "KafkaTrigger", "MessageQueueTrigger", "SqsTrigger")
+    assert watchers.__all__ == (
+        "FileTrigger",
+        "KafkaTrigger",
+        "KinesisTrigger",
+        "MessageQueueTrigger",
+        "MqttTrigger",
+        "NatsTrigger",
+        "PubSubTrigger",
+        "RabbitMqTrigger",
+        "RedisPubSubTrigger",
+        "RedisStreamTrigger",
+        "SqsTrigger",
+    )
+    for name in watchers.__all__:
+        assert getattr(watchers, name).__name__ == name
 
 
 @pytest.mark.parametrize(

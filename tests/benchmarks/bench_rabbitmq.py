@@ -1,0 +1,168 @@
+"""RabbitMqTrigger throughput against a raw aio-pika loop (consume + ack), on one RabbitMQ.
+
+    python tests/benchmarks/bench_rabbitmq.py --out bench-rabbitmq.json [--messages 20000]
+
+Uses the machine's RabbitMQ (127.0.0.1:5672, guest/guest). Each round fills two durable classic
+queues of its own with the same persistent messages; the raw loop consumes one with aio-pika
+(``prefetch`` unacked, each message acked as it comes, no payload made), the trigger the other,
+each event acked as it comes (as the daemon does after its commit). The rounds take turns and
+each loop keeps its median. The latency part publishes one message at a time to a running
+trigger and times each until its event is yielded (produce -> event, without the daemon's
+commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any, cast
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+
+import aio_pika  # noqa: E402
+
+from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, delete_queue  # noqa: E402
+from triggerer.triggers import TriggerEvent  # noqa: E402
+from watchers.rabbitmq import RabbitMqTrigger  # noqa: E402
+
+ROUNDS = 3
+PREFETCH = 100
+LATENCY_SAMPLES = 200
+MESSAGE_BYTES = 200
+URL = f"amqp://guest:guest@{SHARED_RABBITMQ}/"
+
+
+def body(index: int) -> bytes:
+    return json.dumps({"n": index, "pad": "x" * MESSAGE_BYTES}).encode()
+
+
+async def fill(channel: aio_pika.abc.AbstractChannel, queue: str, messages: int) -> None:
+    for first in range(0, messages, 500):
+        await asyncio.gather(
+            *(
+                channel.default_exchange.publish(
+                    aio_pika.Message(body(i), delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                    routing_key=queue,
+                )
+                for i in range(first, min(first + 500, messages))
+            )
+        )
+
+
+async def raw_loop(queue: str, messages: int) -> float:
+    """aio-pika's consumer, each message acked as it comes."""
+    connection = await aio_pika.connect(URL)
+    async with connection:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=PREFETCH)
+        source = await channel.get_queue(queue)
+        started = time.perf_counter()
+        done = 0
+        async with source.iterator() as incoming:
+            async for message in incoming:
+                await message.ack()
+                done += 1
+                if done == messages:
+                    break
+        return time.perf_counter() - started
+
+
+async def trigger_loop(queue: str, messages: int) -> float:
+    trigger = RabbitMqTrigger(f"amqp://{SHARED_RABBITMQ}/%2F/{queue}", prefetch=PREFETCH)
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    started = time.perf_counter()
+    done = 0
+    try:
+        async for event in events:
+            assert event.ack is not None
+            await event.ack()
+            done += 1
+            if done == messages:
+                break
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+    return time.perf_counter() - started
+
+
+async def latency(channel: aio_pika.abc.AbstractChannel) -> dict[str, float]:
+    queue = f"bench-latency-{uuid.uuid4().hex[:8]}"
+    await declare_queue(SHARED_RABBITMQ, queue)
+    trigger = RabbitMqTrigger(f"amqp://{SHARED_RABBITMQ}/%2F/{queue}")
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    samples = []
+    try:
+        for index in range(LATENCY_SAMPLES):
+            started = time.perf_counter()
+            await channel.default_exchange.publish(aio_pika.Message(body(index)), queue)
+            event = await anext(events)
+            samples.append((time.perf_counter() - started) * 1000)
+            assert event.ack is not None
+            await event.ack()
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+        await delete_queue(SHARED_RABBITMQ, queue)
+    samples.sort()
+    return {
+        "p50_ms": round(statistics.median(samples), 3),
+        "p99_ms": round(samples[int(len(samples) * 0.99) - 1], 3),
+    }
+
+
+async def bench(messages: int) -> dict[str, Any]:
+    raw: list[float] = []
+    triggered: list[float] = []
+    connection = await aio_pika.connect(URL)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=False)
+        for _ in range(ROUNDS):
+            queues = [f"bench-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+            for queue in queues:
+                await declare_queue(SHARED_RABBITMQ, queue)
+                await fill(channel, queue, messages)
+            try:
+                raw.append(await raw_loop(queues[0], messages))
+                triggered.append(await trigger_loop(queues[1], messages))
+            finally:
+                for queue in queues:
+                    await delete_queue(SHARED_RABBITMQ, queue)
+        latency_ms = await latency(channel)
+    raw_s, trigger_s = statistics.median(raw), statistics.median(triggered)
+    return {
+        "messages": messages,
+        "prefetch": PREFETCH,
+        "raw_messages_per_s": round(messages / raw_s, 1),
+        "trigger_messages_per_s": round(messages / trigger_s, 1),
+        "ratio_to_raw": round(raw_s / trigger_s, 2),
+        "produce_to_event": latency_ms,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
+    parser.add_argument("--messages", type=int, default=20_000)
+    args = parser.parse_args()
+    result = asyncio.run(bench(args.messages))
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    latency_ms = result["produce_to_event"]
+    sys.stdout.write(
+        f"{'run':<10} {'msg/s':>10}\n"
+        f"{'raw':<10} {result['raw_messages_per_s']:>10}\n"
+        f"{'trigger':<10} {result['trigger_messages_per_s']:>10}\n"
+        f"ratio to raw: {result['ratio_to_raw']}\n"
+        f"produce -> event: p50 {latency_ms['p50_ms']} ms, p99 {latency_ms['p99_ms']} ms\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

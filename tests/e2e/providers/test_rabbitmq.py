@@ -1,0 +1,140 @@
+"""The provider contract for RabbitMQ (``amqp://``), through ``triggerer run``.
+
+Each test declares a durable quorum queue of its own (so the broker counts deliveries, and the
+queue and its messages outlive a restart of the private node); the watcher's dead letters go to
+the dead-letter table (no ``broker_dead_letters``). The private node is a ``rabbitmq-server`` of
+the test's own, on a free port: the machine's system node is never restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
+from tests.e2e.providers.contract import (
+    Broker,
+    PrivateBroker,
+    ProviderContract,
+    Source,
+    daemon,
+    listed,
+    numbers,
+)
+from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, delete_queue
+from watchers.rabbitmq import send
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from deploy.local.services import Service
+
+
+class RabbitMq(Broker):
+    """Quorum queues of their own (``triggerer-test-<uuid>``) on one broker, deleted after."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.made: list[str] = []
+
+    async def source(self) -> Source:
+        name = f"triggerer-test-{uuid.uuid4().hex}"
+        await declare_queue(self.address, name, kind="quorum")
+        self.made.append(name)
+        uri = f"amqp://{self.address}/%2F/{name}"
+
+        async def post(bodies: Sequence[str]) -> None:
+            await send(uri, bodies)
+
+        return Source(uri=uri, send=post)
+
+    def bad_uris(self) -> list[tuple[str, str]]:
+        return [
+            ("amqp://127.0.0.1/orders", "'amqp://127.0.0.1/orders'"),
+            ("amqp://guest:s3cret@127.0.0.1/%2F/orders", "connection='NAME'"),
+            ("amqp://127.0.0.1/%2F/orders?prefetch=5", "keyword arguments"),
+        ]
+
+    async def close(self) -> None:
+        for name in self.made:
+            await delete_queue(self.address, name)
+
+
+class PrivateRabbitMq(RabbitMq, PrivateBroker):
+    def __init__(self, service: Service) -> None:
+        super().__init__(service.address)
+        self.service = service
+
+    async def restart(self) -> None:
+        self.service.stop(grace_s=30)  # SIGTERM: the node shuts down, its queues on disk
+        self.service.start(timeout_s=90)
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    shared = RabbitMq(SHARED_RABBITMQ)
+    try:
+        yield shared
+    finally:
+        await shared.close()
+
+
+@pytest.fixture
+def private_broker(private_rabbitmq: Service) -> PrivateBroker:
+    return PrivateRabbitMq(private_rabbitmq)
+
+
+class TestRabbitMq(ProviderContract):
+    """The contract on RabbitMQ."""
+
+
+TWO_WATCHERS = """
+from triggerer import Asset, AssetWatcher
+from watchers import MessageQueueTrigger
+
+first = Asset("first", watchers=[AssetWatcher("first_queue", MessageQueueTrigger(queue={uri!r}))])
+second = Asset("second", watchers=[AssetWatcher(
+    "second_queue", MessageQueueTrigger(queue={uri!r}, filter={{"path": "$.body.i",
+    "one_of": list(range(0, {count}, 2))}}))])
+missing = Asset("missing", watchers=[AssetWatcher(
+    "missing_queue", MessageQueueTrigger(queue={missing!r}))])
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_two_watchers_of_one_queue_each_see_every_message(
+    broker: Broker, tmp_path: Path, database_url: str
+) -> None:
+    """A queue splits its messages between consumers: the daemon's watchers of one queue share
+    one consumer, so each sees every message. A queue that does not exist is its watcher's
+    error, retried with backoff (the queue may be declared later)."""
+    source = await broker.source()
+    count = 40
+    missing = source.uri.rsplit("/", 1)[0] + "/triggerer-test-missing"
+    text = TWO_WATCHERS.format(uri=source.uri, count=count, missing=missing)
+    write_pipelines(tmp_path / "pipelines", text)
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        await process.wait_logged("pipelines_loaded")
+        await source.send([json.dumps({"i": i}) for i in range(count)])
+        await wait_for(database_url, lambda s: event_count(s, "first"), lambda n: n >= count)
+        await wait_for(database_url, lambda s: event_count(s, "second"), lambda n: n >= count // 2)
+        await anyio.sleep(1)  # anything delivered twice would be stored by now
+        first = await wait_for(database_url, lambda s: events_of(s, "first"), bool)
+        second = await wait_for(database_url, lambda s: events_of(s, "second"), bool)
+        watchers = {row["watcher"]: row for row in await listed(process, "watchers", "list")}
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert numbers(first) == list(range(count))
+    assert numbers(second) == list(range(0, count, 2))
+    assert watchers["first_queue"]["state"] == "running"
+    assert (
+        "'triggerer-test-missing' does not exist in vhost '/'"
+        in (watchers["missing_queue"]["last_error"])
+    )

@@ -1,0 +1,334 @@
+"""RabbitMQ watcher: ``RabbitMqTrigger``, its ``amqp://`` URIs, the producer behind ``triggerer
+post rabbitmq`` and the provider.
+
+The consumer that reads a queue (shared by the queue's watchers in the daemon, reconnecting
+after a broker restart) lives in :mod:`watchers.rabbitmq_consumer`. The client, aio-pika (the
+``rabbitmq`` extra), is imported when a trigger runs or a message is sent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractContextManager
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from triggerer.providers import Provider, SharedReaders
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
+from watchers import rabbitmq_consumer
+from watchers.clients import require
+from watchers.filters import PayloadFilter, lookup, parse_path
+from watchers.payloads import decode_body, import_callable
+from watchers.rabbitmq_address import parse_rabbitmq_uri
+from watchers.rabbitmq_consumer import Prepared, Reader, ReaderSpec, ReaderStats
+
+if TYPE_CHECKING:
+    from aio_pika.abc import AbstractIncomingMessage
+
+STREAM_OFFSETS = ("first", "last", "next")
+#: Headers the broker changes on each delivery, left out of the payload.
+_DELIVERY_HEADERS = frozenset({"x-delivery-count", "x-stream-offset"})
+
+
+def message_payload(message: AbstractIncomingMessage) -> dict[str, Any]:
+    """The event payload of a delivered message (the same on each delivery of it)."""
+    headers = message.headers or {}
+    stream_offset = headers.get("x-stream-offset")
+    return {
+        "body": decode_body(message.body),
+        "message_id": message.message_id,
+        "correlation_id": message.correlation_id,
+        "content_type": message.content_type,
+        "type": message.type,
+        "app_id": message.app_id,
+        "timestamp": None if message.timestamp is None else int(message.timestamp.timestamp()),
+        "exchange": message.exchange,
+        "routing_key": message.routing_key,
+        "stream_offset": stream_offset if isinstance(stream_offset, int) else None,
+        "headers": {
+            name: _header_value(value)
+            for name, value in headers.items()
+            if name not in _DELIVERY_HEADERS
+        },
+    }
+
+
+def _header_value(value: Any) -> Any:
+    """A header as JSON: text and numbers as they are, bytes decoded like the body, tables and
+    arrays item by item, anything else (a timestamp, a decimal) as text."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    if isinstance(value, bytes | bytearray):
+        return decode_body(bytes(value))
+    if isinstance(value, dict):
+        return {str(k): _header_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_header_value(v) for v in value]
+    if isinstance(value, datetime | Decimal):
+        return str(value)
+    return str(value)
+
+
+class RabbitMqTrigger(BaseEventTrigger):
+    """Yield one event per message of a RabbitMQ queue, acked after the event is stored.
+
+    ``queue`` is ``amqp://HOST[:5672]/VHOST/QUEUE`` (``%2F`` for the default vhost ``/``;
+    ``amqps://`` for TLS); the queue must exist. The payload is ``{"body", "message_id",
+    "correlation_id", "content_type", "type", "app_id", "timestamp", "exchange", "routing_key",
+    "stream_offset", "headers"}``; the dedup key ``<vhost>/<queue>/<message_id>`` (the
+    publisher's id), ``<vhost>/<queue>@<offset>`` for a stream queue's message without one,
+    else none (at least once). ``filter`` is checked on the payload, then ``apply_function``
+    (dotted path to a plain function) may replace it (``None``: dropped); a dropped message is
+    acked. ``partition_key_path`` picks the partition key from the final payload.
+
+    At most ``prefetch`` messages are delivered and not yet acked. A message whose processing
+    raises goes back to the queue (nack); once delivered ``max_deliveries`` times (the broker's
+    ``x-delivery-count`` of a quorum queue, else counted by the watcher) it goes to the
+    dead-letter table and is acked, or, with ``broker_dead_letters=True``, is rejected to the
+    queue's own dead-letter exchange. A quorum queue's ``x-delivery-limit`` below
+    ``max_deliveries`` dead-letters it first. ``stream_offset`` (``first``, ``last``, ``next``
+    or an offset) is where a stream queue is read from. Credentials come from the named
+    ``connection`` (``login``, ``password``, ``ssl``, ``ssl_cafile``, ``ssl_certfile``,
+    ``ssl_keyfile``), else guest/guest.
+
+    In the daemon, the triggers of one queue share one consumer: each sees every message, acked
+    once every watcher of the queue is done with it. The consumer's options (``prefetch``,
+    ``max_deliveries``, ``broker_dead_letters``, ``stream_offset``) are those of the queue's
+    first watcher.
+    """
+
+    shareable = True
+
+    def __init__(
+        self,
+        queue: str,
+        *,
+        prefetch: int = 100,
+        filter: dict[str, Any] | None = None,
+        apply_function: str | None = None,
+        partition_key_path: str | None = None,
+        max_deliveries: int = 5,
+        broker_dead_letters: bool = False,
+        stream_offset: str | int | None = None,
+        connection: str | None = None,
+    ) -> None:
+        self.location = parse_rabbitmq_uri(queue)
+        _check_range("prefetch", prefetch, 1, 65_535)
+        _check_range("max_deliveries", max_deliveries, 1, 1_000)
+        if not isinstance(broker_dead_letters, bool):
+            raise ValueError(f"broker_dead_letters={broker_dead_letters!r} must be true or false")
+        if stream_offset is not None and not (
+            stream_offset in STREAM_OFFSETS
+            or (
+                isinstance(stream_offset, int)
+                and not isinstance(stream_offset, bool)
+                and stream_offset >= 0
+            )
+        ):
+            raise ValueError(
+                f"stream_offset={stream_offset!r} must be one of {', '.join(STREAM_OFFSETS)} "
+                "or an offset (an integer >= 0)"
+            )
+        if connection is not None and (not isinstance(connection, str) or not connection):
+            raise ValueError(f"connection={connection!r} must name a [connections.NAME] section")
+        if partition_key_path is not None:
+            parse_path(partition_key_path)
+        self._filter = None if filter is None else PayloadFilter.from_option(filter)
+        self._apply = (
+            None
+            if apply_function is None
+            else import_callable(apply_function, option="apply_function")
+        )
+        if inspect.iscoroutinefunction(self._apply):
+            raise ValueError(f"apply_function={apply_function!r} must be a plain function")
+        self._kwargs: dict[str, Any] = {
+            "queue": queue,
+            "prefetch": prefetch,
+            "filter": filter,
+            "apply_function": apply_function,
+            "partition_key_path": partition_key_path,
+            "max_deliveries": max_deliveries,
+            "broker_dead_letters": broker_dead_letters,
+            "stream_offset": stream_offset,
+            "connection": connection,
+        }
+        self._stats = ReaderStats()
+        self._reader: Reader | None = None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return self.classpath(), dict(self._kwargs)
+
+    def reader_spec(self) -> ReaderSpec:
+        """What the queue's consumer needs of this trigger."""
+        kwargs = self._kwargs
+        return ReaderSpec(
+            queue=self.location,
+            connection=kwargs["connection"],
+            key=json.dumps(self.serialize(), sort_keys=True),
+            payload=message_payload,
+            prepare=self._prepare,
+            prefetch=kwargs["prefetch"],
+            max_deliveries=kwargs["max_deliveries"],
+            broker_dead_letters=kwargs["broker_dead_letters"],
+            stream_offset=kwargs["stream_offset"],
+        )
+
+    # Counters for the daemon's ``/watchers`` since the trigger was made.
+
+    @property
+    def received(self) -> int:
+        """Messages delivered."""
+        return self._stats.received
+
+    @property
+    def events(self) -> int:
+        """Events yielded (dead letters not counted)."""
+        return self._stats.events
+
+    @property
+    def filtered(self) -> int:
+        """Messages dropped by ``filter`` or ``apply_function``."""
+        return self._stats.filtered
+
+    @property
+    def failed(self) -> int:
+        """Deliveries of a message whose processing raised."""
+        return self._stats.failed
+
+    @property
+    def dead_lettered(self) -> int:
+        """Messages yielded as dead letters."""
+        return self._stats.dead_lettered
+
+    @property
+    def acked(self) -> int:
+        """Events acked (after their commit)."""
+        return self._stats.acked
+
+    @property
+    def reconnects(self) -> int:
+        """Connections lost and made again."""
+        return self._stats.reconnects
+
+    @property
+    def lag(self) -> int | None:
+        """The queue's ready messages: read at connect and every ``LAG_INTERVAL_S``, less the
+        messages delivered since."""
+        return self._stats.lag
+
+    @property
+    def last_poll_at(self) -> datetime | None:
+        """When the broker last answered: a delivery or a read of the backlog."""
+        return self._stats.last_poll_at
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await self.cleanup()
+        # On its own (outside the daemon), the trigger has a consumer of its own.
+        consumers = rabbitmq_consumer.current() or rabbitmq_consumer.Consumers()
+        reader = self._reader = await consumers.join(self.reader_spec(), self._stats)
+        while True:
+            yield await reader.next_event()
+
+    async def cleanup(self) -> None:
+        """Leave the queue's consumer: messages of events not yet acked go back to the queue;
+        the last reader closes the connection."""
+        reader, self._reader = self._reader, None
+        self._stats.lag = None
+        if reader is not None:
+            await reader.leave()
+
+    def _prepare(self, payload: Any) -> Prepared:
+        """The event payload and partition key, or ``None`` when the message is dropped."""
+        if self._filter is not None and not self._filter.matches(payload):
+            return None
+        if self._apply is not None:
+            payload = self._apply(payload)
+            if payload is None:
+                return None
+            # Not JSON: a failing message (redelivered, then dead-lettered), not a failing watcher.
+            check_json(payload, "apply_function result")
+        return payload, self._partition_key(payload)
+
+    def _partition_key(self, payload: Any) -> str | None:
+        path = self._kwargs["partition_key_path"]
+        if path is None:
+            return None
+        value = lookup(payload, path)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"partition_key_path {path!r} does not lead to a text or integer value")
+
+
+def _check_range(option: str, value: int, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{option}={value!r} must be an integer from {low} to {high}")
+
+
+# -- the RabbitMQ provider: amqp:// URIs, the producer, and the consumers triggers share
+
+
+async def send(uri: str, bodies: Iterable[str], connection: str | None = None) -> list[str]:
+    """Publish each of ``bodies`` to the queue at ``uri`` through the default exchange:
+    persistent, with a new ``message_id`` (returned, in order), each confirmed by the broker.
+    A queue that does not exist is a ``LookupError`` naming it."""
+    aio_pika = require("aio_pika", "rabbitmq")
+    queue = parse_rabbitmq_uri(uri)
+    opened = await rabbitmq_consumer.connect(queue, connection)
+    async with opened:
+        channel = await opened.channel(publisher_confirms=True)
+        await rabbitmq_consumer.declared(channel, queue)
+        sent = []
+        for body in bodies:
+            message_id = str(uuid.uuid4())
+            await channel.default_exchange.publish(
+                aio_pika.Message(
+                    body.encode(),
+                    message_id=message_id,
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                    content_type="application/json" if _is_json(body) else "text/plain",
+                    timestamp=time.time(),
+                ),
+                routing_key=queue.name,
+            )
+            sent.append(message_id)
+    return sent
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _SharedConsumers(SharedReaders):
+    """The daemon's RabbitMQ consumers, one per queue (:mod:`watchers.rabbitmq_consumer`): each
+    watcher of a queue sees every message, acked once all of them are done with it."""
+
+    def __init__(self, deployment: str) -> None:  # a queue's consumer serves every deployment
+        self._consumers = rabbitmq_consumer.Consumers()
+
+    def sharing(self) -> AbstractContextManager[None]:
+        return rabbitmq_consumer.sharing(self._consumers)
+
+    def keep(self, triggers: Iterable[BaseEventTrigger]) -> None:
+        self._consumers.keep(t for t in triggers if isinstance(t, RabbitMqTrigger))
+
+
+PROVIDER = Provider(
+    name="rabbitmq",
+    schemes=("amqp", "amqps"),
+    trigger=lambda uri, **options: RabbitMqTrigger(queue=uri, **options),
+    shared=_SharedConsumers,
+    send=send,
+)
