@@ -1,5 +1,5 @@
-"""Triggers for message queues (Kafka, SQS, Kinesis, NATS, Redis, RabbitMQ, Pub/Sub, MQTT) and files;
-see ``MessageQueueTrigger``."""
+"""Triggers for message queues (Kafka, SQS, Kinesis, NATS, Redis, RabbitMQ, Pub/Sub, MQTT) and
+files; see ``MessageQueueTrigger``."""
 
 import importlib
 import typing

@@ -38,7 +38,11 @@ STEP_TIMEOUT_S = 300
 
 # Two builds, two installs and two daemons: over two minutes on a busy machine. The builds are
 # made in the first test to run, so each test may take all the steps.
-pytestmark = [pytest.mark.slow, pytest.mark.packages, pytest.mark.timeout(3 * STEP_TIMEOUT_S + 2 * WAIT_S)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.packages,
+    pytest.mark.timeout(3 * STEP_TIMEOUT_S + 2 * WAIT_S),
+]
 
 PIPELINES = """
     from triggerer import Asset, pipeline
