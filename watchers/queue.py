@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from typing import Any
 
@@ -25,8 +26,18 @@ def MessageQueueTrigger(queue: str, **options: Any) -> BaseEventTrigger:
     """
     try:
         return _trigger(queue, options)
-    except (ValueError, TypeError) as error:
-        return UnusableTrigger(source=queue, error=str(error))
+    # ImportError: an option naming a function (apply_function) that cannot be imported.
+    except (ValueError, TypeError, ImportError) as error:
+        return UnusableTrigger(source=_hidden(queue), error=_hidden(str(error)))
+
+
+_USERINFO = re.compile(r"(?<=://)[^/?#@\s'\"]*@")
+
+
+def _hidden(text: str) -> str:
+    """``text`` with the user part of every URI in it (a password, a token) shown as ``***``:
+    the error is logged and shown as its watcher's, and ``source`` is stored."""
+    return _USERINFO.sub("***@", text)
 
 
 def _trigger(queue: str, options: dict[str, Any]) -> BaseEventTrigger:

@@ -279,3 +279,20 @@ def test_file_trigger_round_trips(tmp_path: Any) -> None:
         FileTrigger(str(tmp_path), "/abs")
     with pytest.raises(ValueError, match="poll_interval_s=0 must be above 0"):
         FileTrigger(str(tmp_path), poll_interval_s=0)
+
+
+@pytest.mark.parametrize(
+    "queue",
+    ["amqp://user:s3cret@h/%2F/q", "nats://s3cret@h/S/x", "redis+stream://:s3cret@h/0/s"],
+)
+def test_a_refused_uri_hides_its_credentials(queue: str) -> None:
+    trigger = MessageQueueTrigger(queue)
+    assert isinstance(trigger, UnusableTrigger)
+    assert "s3cret" not in repr(trigger.serialize())
+    assert "***@h/" in trigger.source
+    assert "***@h/" in trigger.error
+
+
+def test_an_apply_function_that_cannot_be_imported_is_its_watchers_error() -> None:
+    error = refusal("amqp://h/%2F/q", apply_function="nosuch.module.fn")
+    assert "nosuch" in error
