@@ -23,6 +23,7 @@ from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import nats_client
 from watchers.clients import require
 from watchers.filters import PayloadFilter, lookup
+from watchers.nats_pull import Pull, PullEnded
 from watchers.payloads import decode_body, import_callable
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
     from nats.aio.client import Client
     from nats.aio.msg import Msg
-    from nats.js.client import JetStreamContext
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,9 @@ class NatsTrigger(BaseEventTrigger):
     ``body`` decoded (JSON, else text, else ``{"base64": ...}``), ``sequence`` the stream
     sequence, ``published_at`` the time the stream stored it (ISO 8601, UTC), ``headers`` as
     text. ``filter`` is checked on it, then ``apply_function`` (dotted path) may replace it;
-    ``partition_key_path`` picks the partition key. The dedup key is ``<stream>/<sequence>``.
+    ``partition_key_path`` picks the partition key. The dedup key is
+    ``<stream>/<sequence>@<stream created ns>``: the stream's creation time (read at each
+    connection) tells a stream deleted and created again, whose sequences start over, apart.
 
     An event's message is acked once the daemon has stored it; until then it is marked in
     progress every third of ``ack_wait_s``, so the server does not redeliver it meanwhile. A
@@ -83,7 +85,7 @@ class NatsTrigger(BaseEventTrigger):
     max_deliveries: int = 5
     #: Messages asked for per pull.
     fetch_batch: int = 256
-    #: How long a pull waits for a first message.
+    #: How long a pull stays open waiting for messages (its ``expires``).
     fetch_wait_s: float = 5.0
     #: Messages received and not yet acked before pulling pauses (backpressure); the
     #: consumer's ``max_ack_pending`` as well.
@@ -104,6 +106,10 @@ class NatsTrigger(BaseEventTrigger):
 
     _client: Client | None = dataclasses.field(default=None, init=False)
     _lag: int | None = dataclasses.field(default=None, init=False)
+    # The stream's creation time (ns since the epoch) and the durable's, read at connection.
+    _created_ns: int = dataclasses.field(default=0, init=False)
+    _consumer_created: datetime | None = dataclasses.field(default=None, init=False)
+    _pull: Pull | None = dataclasses.field(default=None, init=False)
     # Received and not acked yet: stream sequence -> the reply subject its acks go to.
     _unacked: dict[int, str] = dataclasses.field(default_factory=dict, init=False)
     _room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
@@ -194,7 +200,7 @@ class NatsTrigger(BaseEventTrigger):
                 backoff.attempt = 0
                 async for event in self._read(client, pull, apply, payload_filter):
                     yield event
-            except (OSError, errors.Error) as error:
+            except (OSError, errors.Error, PullEnded) as error:
                 retry_in_s = backoff.next_s()
                 log.warning(
                     "nats_reconnecting",
@@ -215,9 +221,9 @@ class NatsTrigger(BaseEventTrigger):
 
     # -- connecting
 
-    async def _open(self) -> tuple[Client, JetStreamContext.PullSubscription]:
-        """Connect, check the stream, create or update the durable, listen to its advisories;
-        the pull subscription bound to the durable."""
+    async def _open(self) -> tuple[Client, Pull]:
+        """Connect, read the stream's creation time, create or update the durable, listen to its
+        advisories; the pulls of the durable."""
         errors = require("nats.js.errors", "nats")
         api = require("nats.js.api", "nats")
         address = nats_client.NatsAddress(self.servers, self.stream, self.subject)
@@ -226,13 +232,19 @@ class NatsTrigger(BaseEventTrigger):
         )
         jetstream = client.jetstream()
         try:
-            await jetstream.stream_info(self.stream)
+            created_ns = await nats_client.stream_created_ns(client, self.stream)
         except errors.NotFoundError:
             raise LookupError(
                 f"NATS stream {self.stream!r} does not exist at {self.servers}: create it "
                 f"(nats stream add {self.stream} --subjects '{self.subject}'); "
                 "triggerer does not create streams"
             ) from None
+        if created_ns != self._created_ns:
+            # Advisories and unacked messages name sequences of the stream they came from (its
+            # durable is gone with it), not of this one.
+            self._advisories.clear()
+            self._unacked.clear()
+            self._created_ns = created_ns
         config = api.ConsumerConfig(
             durable_name=self.durable_name,
             filter_subject=self.subject,
@@ -243,7 +255,7 @@ class NatsTrigger(BaseEventTrigger):
             deliver_policy=api.DeliverPolicy(self.deliver_policy),
         )
         try:
-            info = await jetstream.add_consumer(self.stream, config)
+            consumer = await jetstream.add_consumer(self.stream, config)
         except errors.BadRequestError as error:
             raise ValueError(
                 f"NATS durable consumer {self.durable_name!r} of stream {self.stream!r} cannot "
@@ -251,21 +263,37 @@ class NatsTrigger(BaseEventTrigger):
                 f"(a subject outside the stream's, or a change the server does not allow: "
                 f"nats consumer rm {self.stream} {self.durable_name})"
             ) from None
-        self._lag = (info.num_pending or 0) + (info.num_ack_pending or 0)
+        self._consumer_created = consumer.created
+        self._lag = (consumer.num_pending or 0) + (consumer.num_ack_pending or 0)
         await client.subscribe(
             ADVISORY_SUBJECT.format(stream=self.stream, durable=self.durable_name),
             queue=self.durable_name,  # one instance of a deployment dead-letters each
             cb=self._advised,
         )
-        pull = await jetstream.pull_subscribe_bind(durable=self.durable_name, stream=self.stream)
+        pull = self._pull = Pull(
+            client,
+            self.stream,
+            self.durable_name,
+            batch=self.fetch_batch,
+            expires_s=self.fetch_wait_s,
+        )
+        await pull.start()
         self._keepalive = asyncio.create_task(
             self._mark_in_progress(client), name=f"nats-in-progress-{self.durable_name}"
         )
-        log.info("nats_consumer_ready", stream=self.stream, durable=self.durable_name)
+        log.info(
+            "nats_consumer_ready",
+            stream=self.stream,
+            durable=self.durable_name,
+            stream_created_ns=self._created_ns,
+        )
         return client, pull
 
     async def _closed(self) -> None:
-        self._room.set()  # a reader waiting for room finds the connection gone
+        # A reader waiting for room or for messages finds the connection gone.
+        self._room.set()
+        if self._pull is not None:
+            self._pull.wake()
 
     async def _close(self) -> None:
         keepalive, self._keepalive = self._keepalive, None
@@ -273,6 +301,7 @@ class NatsTrigger(BaseEventTrigger):
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
+        self._pull = None
         client, self._client = self._client, None
         if client is not None and not client.is_closed:
             await client.close()
@@ -294,7 +323,7 @@ class NatsTrigger(BaseEventTrigger):
     async def _read(
         self,
         client: Client,
-        pull: JetStreamContext.PullSubscription,
+        pull: Pull,
         apply: Callable[..., Any] | None,
         payload_filter: PayloadFilter | None,
     ) -> AsyncIterator[TriggerEvent]:
@@ -315,18 +344,17 @@ class NatsTrigger(BaseEventTrigger):
             now = asyncio.get_running_loop().time()
             if now - lag_read_at > LAG_INTERVAL_S:
                 lag_read_at = now
-                info = await pull.consumer_info()
+                info = await client.jetstream().consumer_info(self.stream, self.durable_name)
+                if info.created != self._consumer_created:
+                    # Made again (its stream too, maybe) since this connection read the
+                    # stream's creation time: read it again.
+                    raise PullEnded(f"the durable {self.durable_name!r} was created again")
                 self._lag = (info.num_pending or 0) + (info.num_ack_pending or 0)
-            wanted = min(self.fetch_batch, self.max_in_flight - len(self._unacked))
-            try:
-                messages = await pull.fetch(wanted, timeout=self.fetch_wait_s)
-            except errors.TimeoutError:
-                if client.is_closed:
-                    raise errors.ConnectionClosedError from None
-                self.polled()
+            messages = await pull.take(self.max_in_flight - len(self._unacked))
+            self.polled()
+            if not messages:
                 self._lag = len(self._unacked)
                 continue
-            self.polled()
             for message in messages:
                 metadata = message.metadata
                 sequence = metadata.sequence.stream
@@ -369,7 +397,11 @@ class NatsTrigger(BaseEventTrigger):
                 f"{self.max_deliveries})"
             )
             if delivered < self.max_deliveries:
-                log.info("nats_message_failed", key=dedup_key(self.stream, sequence), error=reason)
+                log.info(
+                    "nats_message_failed",
+                    key=dedup_key(self.stream, sequence, self._created_ns),
+                    error=reason,
+                )
                 await ack.send(_NAK)
                 return None
             return self._dead_letter(payload, sequence, ack, reason)
@@ -410,7 +442,7 @@ class NatsTrigger(BaseEventTrigger):
                 )
         return make_event(
             result,
-            dedup_key=dedup_key(self.stream, sequence),
+            dedup_key=dedup_key(self.stream, sequence, self._created_ns),
             ack=ack,
             partition_key=partition_key,
             sent_at=sent_at,
@@ -420,7 +452,7 @@ class NatsTrigger(BaseEventTrigger):
         self, payload: dict[str, Any], sequence: int, ack: _Ack | None, reason: str
     ) -> TriggerEvent:
         self.dead_lettered += 1
-        key = dedup_key(self.stream, sequence)
+        key = dedup_key(self.stream, sequence, self._created_ns)
         log.warning("nats_message_dead_lettered", key=key, durable=self.durable_name, error=reason)
         return TriggerEvent.of_decoded_json(payload, dedup_key=key, ack=ack, dead_letter=reason)
 
@@ -437,7 +469,7 @@ class NatsTrigger(BaseEventTrigger):
         errors = require("nats.js.errors", "nats")
         sequence = int(advisory["stream_seq"])
         deliveries = int(advisory.get("deliveries", self.max_deliveries))
-        key = dedup_key(self.stream, sequence)
+        key = dedup_key(self.stream, sequence, self._created_ns)
         if sequence in self._unacked:
             log.info("nats_max_deliveries_held", key=key, deliveries=deliveries)
             return None
@@ -489,7 +521,10 @@ class _Ack:
             trigger._room.set()
         client = trigger._client
         if client is None or not client.is_connected:
-            log.info("nats_ack_deferred", key=dedup_key(trigger.stream, self._sequence))
+            log.info(
+                "nats_ack_deferred",
+                key=dedup_key(trigger.stream, self._sequence, trigger._created_ns),
+            )
             return
         await client.publish(self._reply, answer)
 
@@ -514,9 +549,11 @@ def message_payload(
     return payload
 
 
-def dedup_key(stream: str, sequence: int) -> str:
-    """``<stream>/<stream sequence>``: the same for each delivery of a message."""
-    return f"{stream}/{sequence}"
+def dedup_key(stream: str, sequence: int, created_ns: int) -> str:
+    """``<stream>/<stream sequence>@<stream created ns>``: the same for each delivery of a
+    message, and another for a message of a stream of the same name created again (whose
+    sequences start over)."""
+    return f"{stream}/{sequence}@{created_ns}"
 
 
 def watcher_durable(asset: WatchedAsset, watcher_name: str, deployment: str | None) -> str:

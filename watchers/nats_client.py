@@ -1,5 +1,5 @@
-"""NATS addressing and connections: ``nats://`` URIs, a named connection's settings, and the
-producer (``triggerer post nats``).
+"""NATS addressing and connections: ``nats://`` URIs, a named connection's settings, a stream's
+creation time, and the producer (``triggerer post nats``).
 
 nats-py is an optional extra (``triggerer[nats]``): it is imported through
 :func:`watchers.clients.require` inside the functions that use it.
@@ -8,10 +8,13 @@ nats-py is an optional extra (``triggerer[nats]``): it is imported through
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import ssl
 import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from triggerer.connections import get_connection
@@ -41,6 +44,9 @@ CONNECTION_KEYS = frozenset(
 )
 _TLS_FILES = ("tls_ca_file", "tls_cert_file", "tls_key_file")
 _STREAM_BAD = frozenset(" \t\r\n.*>/\\")
+# RFC 3339 as the server writes times (Go's RFC3339Nano): up to nine fraction digits.
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +191,33 @@ async def connect(
         **connect_options(connection),
     )
     return client
+
+
+async def stream_created_ns(client: Client, stream: str) -> int:
+    """When ``stream`` was created, in nanoseconds since the epoch: it tells a stream deleted and
+    created again under its name apart. nats-py's ``NotFoundError`` when there is no such
+    stream.
+
+    Read from the server's answer itself: nats-py's ``StreamInfo.created`` keeps microseconds.
+    """
+    errors = require("nats.js.errors", "nats")
+    answer = await client.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=CONNECT_TIMEOUT_S)
+    info = json.loads(answer.data)
+    if "error" in info:
+        errors.APIError.from_error(info["error"])  # raises the error's own class
+    return parse_created_ns(info["created"])
+
+
+def parse_created_ns(created: str) -> int:
+    """Nanoseconds since the epoch of a time as the server writes it (RFC 3339 with up to nine
+    fraction digits, e.g. ``2025-01-01T12:00:00.123456789Z``)."""
+    match = _RFC3339.fullmatch(created)
+    if match is None:
+        raise ValueError(f"NATS time {created!r} is not an RFC 3339 time")
+    whole, fraction, zone = match.groups()
+    at = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
+    seconds = (at - _EPOCH) // timedelta(seconds=1)
+    return seconds * 1_000_000_000 + int((fraction or "").ljust(9, "0"))
 
 
 async def send(uri: str, bodies: Sequence[str], connection: str | None = None) -> list[str]:

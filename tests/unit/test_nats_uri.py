@@ -10,7 +10,7 @@ import pytest
 from triggerer.triggers import UnusableTrigger, load_trigger
 from watchers import MessageQueueTrigger, NatsTrigger
 from watchers.nats import _DEPLOYMENT, PROVIDER, dedup_key, message_payload, watcher_durable
-from watchers.nats_client import NatsAddress, connect_options, parse_nats_uri
+from watchers.nats_client import NatsAddress, connect_options, parse_created_ns, parse_nats_uri
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +132,16 @@ def test_payload_and_dedup_key() -> None:
         "headers": {"k": "v"},
     }
     assert message_payload("S", "a", 1, None, b"\xff", None)["body"] == {"base64": "/w=="}
-    assert dedup_key("S", 7) == "S/7"
+    assert dedup_key("S", 7, 1735732800123456789) == "S/7@1735732800123456789"
+
+
+def test_stream_created_times_keep_their_nanoseconds() -> None:
+    assert parse_created_ns("2025-01-01T12:00:00.123456789Z") == 1735732800123456789
+    assert parse_created_ns("2025-01-01T12:00:00.1234567Z") == 1735732800123456700
+    assert parse_created_ns("2025-01-01T12:00:00Z") == 1735732800000000000
+    assert parse_created_ns("2025-01-01T13:00:00.5+01:00") == 1735732800500000000
+    with pytest.raises(ValueError, match="'yesterday' is not an RFC 3339 time"):
+        parse_created_ns("yesterday")
 
 
 def test_connection_settings(monkeypatch: pytest.MonkeyPatch) -> None:

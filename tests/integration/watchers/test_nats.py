@@ -17,7 +17,9 @@ from nats.aio.client import Client
 
 from tests.fixtures.nats import SHARED_NATS, create_stream
 from triggerer.triggers import TriggerEvent
+from watchers import nats_client
 from watchers.nats import PROVIDER, NatsTrigger
+from watchers.nats_pull import Pull, PullEnded
 
 if TYPE_CHECKING:
     from deploy.local.services import Service
@@ -84,6 +86,13 @@ async def consumer(stream: str, durable: str, servers: str = SHARED_NATS) -> Any
         return await connection.jetstream().consumer_info(stream, durable)
 
 
+async def key_of(stream: str, sequence: int, servers: str = SHARED_NATS) -> str:
+    """The dedup key of the message at ``sequence`` of the stream as it is now."""
+    async with client(servers) as connection:
+        created_ns = await nats_client.stream_created_ns(connection, stream)
+    return f"{stream}/{sequence}@{created_ns}"
+
+
 async def test_payload_dedup_key_and_ack_after(make_nats_stream: MakeStream) -> None:
     stream = await make_nats_stream()
     ids = await send(stream, '{"n": 1}', "plain text")
@@ -98,8 +107,8 @@ async def test_payload_dedup_key_and_ack_after(make_nats_stream: MakeStream) -> 
         assert first.payload["sequence"] == 1
         assert "Nats-Msg-Id" in first.payload["headers"]
         assert first.payload["published_at"].endswith("+00:00")
-        assert first.dedup_key == f"{stream}/1"
-        assert second.dedup_key == f"{stream}/2"
+        assert first.dedup_key == await key_of(stream, 1)
+        assert second.dedup_key == await key_of(stream, 2)
         assert first.sent_at is not None
         assert trigger.reads_as == trigger.durable_name
         info = await consumer(stream, trigger.durable_name)
@@ -169,7 +178,7 @@ async def test_a_failing_message_is_dead_lettered_at_max_deliveries(
         "last",
     ]
     assert letter.payload["body"] == "poison"
-    assert letter.dedup_key == f"{stream}/2"
+    assert letter.dedup_key == await key_of(stream, 2)
     assert letter.dead_letter is not None
     assert "ValueError: poison pill" in letter.dead_letter
     assert "delivery 3 of max_deliveries=3" in letter.dead_letter
@@ -196,7 +205,7 @@ async def test_what_the_server_gave_up_on_is_dead_lettered(make_nats_stream: Mak
             await anyio.sleep(1.3)
     async with running(trigger) as events:
         [letter] = await take(events, 1)
-    assert letter.dedup_key == f"{stream}/1"
+    assert letter.dedup_key == await key_of(stream, 1)
     assert letter.payload["body"] == {"n": 1}
     assert letter.dead_letter is not None
     assert "stopped delivering it after 2 deliveries" in letter.dead_letter
@@ -305,4 +314,56 @@ async def test_a_server_restart_reconnects_and_loses_nothing(private_nats: Servi
         group.cancel_scope.cancel()
     # An ack the restart lost brings its message again, under the same key.
     keys = {event.dedup_key: event.payload["body"] for event in seen}
-    assert keys == {f"{stream}/1": 1, f"{stream}/2": 2, f"{stream}/3": 3}
+    assert keys == {await key_of(stream, n, servers): n for n in (1, 2, 3)}
+
+
+async def supervised(trigger: NatsTrigger) -> AsyncIterator[TriggerEvent]:
+    """The trigger's events, its run started again (as the daemon does) when it ends on a
+    missing stream."""
+    while True:
+        events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+        try:
+            async for event in events:
+                yield event
+        except LookupError:
+            await anyio.sleep(0.2)
+        finally:
+            await events.aclose()
+
+
+async def test_a_stream_created_again_gives_new_keys(make_nats_stream: MakeStream) -> None:
+    """A stream deleted and made again under its name starts its sequences over: the new
+    messages are events of keys of their own, not duplicates of the old ones."""
+    stream = await make_nats_stream()
+    await send(stream, '"old 1"', '"old 2"')
+    trigger = trigger_of(stream)
+    events = cast(AsyncGenerator[TriggerEvent, None], supervised(trigger))
+    try:
+        old = await take(events, 2)
+        for event in old:
+            assert event.ack is not None
+            await event.ack()
+        async with client() as connection:  # deleted and made again at once
+            await connection.jetstream().delete_stream(stream)
+            await connection.jetstream().add_stream(name=stream, subjects=[f"{stream}.>"])
+        assert await send(stream, '"new 1"', '"new 2"') == [f"{stream}/1", f"{stream}/2"]
+        new = await take(events, 2, timeout_s=30)
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+    assert [event.payload["body"] for event in new] == ["new 1", "new 2"]
+    assert [event.payload["sequence"] for event in new] == [1, 2]
+    assert [event.dedup_key for event in new] == [await key_of(stream, n) for n in (1, 2)]
+    assert not {event.dedup_key for event in old} & {event.dedup_key for event in new}
+
+
+async def test_an_unanswered_pull_looks_the_durable_up(make_nats_stream: MakeStream) -> None:
+    """A pull to a durable deleted between two pulls is not answered at all: past its expiry
+    the durable is looked up, and its absence ends the pulls (the trigger connects again)."""
+    stream = await make_nats_stream()
+    async with client() as connection:
+        pull = Pull(connection, stream, "nobody", batch=10, expires_s=0.2)
+        await pull.start()
+        with anyio.fail_after(10), pytest.raises(PullEnded, match=r"'nobody' .* no longer exists"):
+            await pull.take(10)
+        await pull.stop()
