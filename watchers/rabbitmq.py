@@ -8,6 +8,7 @@ after a broker restart) lives in :mod:`watchers.rabbitmq_consumer`. The client, 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import time
@@ -19,18 +20,20 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider, SharedReaders
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset, check_json
 from watchers import rabbitmq_consumer
 from watchers.clients import require
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import decode_body, import_callable
-from watchers.rabbitmq_address import parse_rabbitmq_uri
+from watchers.rabbitmq_address import checkpoint_key, parse_rabbitmq_uri
 from watchers.rabbitmq_consumer import Prepared, Reader, ReaderSpec, ReaderStats
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
 
 STREAM_OFFSETS = ("first", "last", "next")
+DEFAULT_READER_NAME = "triggerer"
+"""The name a trigger run on its own reads as (in the daemon: one derived from its watcher)."""
 #: Headers the broker changes on each delivery, left out of the payload.
 _DELIVERY_HEADERS = frozenset({"x-delivery-count", "x-stream-offset"})
 
@@ -58,6 +61,14 @@ def message_payload(message: AbstractIncomingMessage) -> dict[str, Any]:
     }
 
 
+def watcher_reader_name(asset: WatchedAsset, watcher_name: str) -> str:
+    """The name a watcher reads a stream queue as by default: ``triggerer-<watcher>-<digest>``,
+    the digest of the asset's name and URI and the watcher's name (not of the options, so
+    editing them keeps the stored offset)."""
+    identity = json.dumps([asset.name, asset.uri, watcher_name]).encode()
+    return f"triggerer-{watcher_name}-{hashlib.sha256(identity).hexdigest()[:12]}"
+
+
 def _header_value(value: Any) -> Any:
     """A header as JSON: text and numbers as they are, bytes decoded like the body, tables and
     arrays item by item, anything else (a timestamp, a decimal) as text."""
@@ -83,10 +94,11 @@ class RabbitMqTrigger(BaseEventTrigger):
     ``amqps://`` for TLS); the queue must exist. The payload is ``{"body", "message_id",
     "correlation_id", "content_type", "type", "app_id", "timestamp", "exchange", "routing_key",
     "stream_offset", "headers"}``; the dedup key ``<vhost>/<queue>/<message_id>`` (the
-    publisher's id), ``<vhost>/<queue>@<offset>`` for a stream queue's message without one,
-    else none (at least once). ``filter`` is checked on the payload, then ``apply_function``
-    (dotted path to a plain function) may replace it (``None``: dropped); a dropped message is
-    acked. ``partition_key_path`` picks the partition key from the final payload.
+    publisher's id), ``<vhost>/<queue>@<offset>@<timestamp or body digest>`` for a stream
+    queue's message without one, else none (at least once). ``filter`` is checked on the
+    payload, then ``apply_function`` (dotted path to a plain function) may replace it
+    (``None``: dropped); a dropped message is acked. ``partition_key_path`` picks the partition
+    key from the final payload.
 
     At most ``prefetch`` messages are delivered and not yet acked. A message whose processing
     raises goes back to the queue (nack); once delivered ``max_deliveries`` times (the broker's
@@ -94,12 +106,16 @@ class RabbitMqTrigger(BaseEventTrigger):
     dead-letter table and is acked, or, with ``broker_dead_letters=True``, is rejected to the
     queue's own dead-letter exchange. A quorum queue's ``x-delivery-limit`` below
     ``max_deliveries`` dead-letters it first. ``stream_offset`` (``first``, ``last``, ``next``
-    or an offset) is where a stream queue is read from. Credentials come from the named
+    or an offset) is where a stream queue is read from the first time: each event of a stream
+    queue's message carries its offset, which the daemon stores with the event under
+    ``reader_name`` (by default derived from the watcher, :meth:`for_watcher`; ``reads_as``
+    shows it), and a watcher (re)connecting reads on from there. Credentials come from the named
     ``connection`` (``login``, ``password``, ``ssl``, ``ssl_cafile``, ``ssl_certfile``,
     ``ssl_keyfile``), else guest/guest.
 
     In the daemon, the triggers of one queue share one consumer: each sees every message, acked
-    once every watcher of the queue is done with it. The consumer's options (``prefetch``,
+    once every watcher of the queue is done with it (held, unacked, while a watcher the daemon
+    runs is not running at the moment). The consumer's options (``prefetch``,
     ``max_deliveries``, ``broker_dead_letters``, ``stream_offset``) are those of the queue's
     first watcher.
     """
@@ -117,6 +133,7 @@ class RabbitMqTrigger(BaseEventTrigger):
         max_deliveries: int = 5,
         broker_dead_letters: bool = False,
         stream_offset: str | int | None = None,
+        reader_name: str | None = None,
         connection: str | None = None,
     ) -> None:
         self.location = parse_rabbitmq_uri(queue)
@@ -135,6 +152,11 @@ class RabbitMqTrigger(BaseEventTrigger):
             raise ValueError(
                 f"stream_offset={stream_offset!r} must be one of {', '.join(STREAM_OFFSETS)} "
                 "or an offset (an integer >= 0)"
+            )
+        if reader_name is not None and (not isinstance(reader_name, str) or not reader_name):
+            raise ValueError(
+                f"reader_name={reader_name!r} must be non-empty text; leave it out for the "
+                "watcher's own"
             )
         if connection is not None and (not isinstance(connection, str) or not connection):
             raise ValueError(f"connection={connection!r} must name a [connections.NAME] section")
@@ -157,6 +179,7 @@ class RabbitMqTrigger(BaseEventTrigger):
             "max_deliveries": max_deliveries,
             "broker_dead_letters": broker_dead_letters,
             "stream_offset": stream_offset,
+            "reader_name": reader_name,
             "connection": connection,
         }
         self._stats = ReaderStats()
@@ -164,6 +187,27 @@ class RabbitMqTrigger(BaseEventTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return self.classpath(), dict(self._kwargs)
+
+    @property
+    def reader(self) -> str:
+        """The name its place in a stream queue is stored under."""
+        return self._kwargs["reader_name"] or DEFAULT_READER_NAME
+
+    @property
+    def reads_as(self) -> str | None:
+        """:attr:`reader`, once the queue is known to be a stream queue (``stream_offset``
+        given, or a stream message read): other queues keep no place for it."""
+        if self._kwargs["stream_offset"] is None and not self._stats.stream:
+            return None
+        return self.reader
+
+    def for_watcher(self, asset: WatchedAsset, watcher_name: str) -> RabbitMqTrigger:
+        """This trigger keeping its place in a stream queue under a name of the watcher's own,
+        unless ``reader_name`` is set."""
+        if self._kwargs["reader_name"] is not None:
+            return self
+        kwargs = {**self._kwargs, "reader_name": watcher_reader_name(asset, watcher_name)}
+        return RabbitMqTrigger(**kwargs)
 
     def reader_spec(self) -> ReaderSpec:
         """What the queue's consumer needs of this trigger."""
@@ -174,6 +218,7 @@ class RabbitMqTrigger(BaseEventTrigger):
             key=json.dumps(self.serialize(), sort_keys=True),
             payload=message_payload,
             prepare=self._prepare,
+            checkpoint_key=checkpoint_key(self.location, self.reader),
             prefetch=kwargs["prefetch"],
             max_deliveries=kwargs["max_deliveries"],
             broker_dead_letters=kwargs["broker_dead_letters"],

@@ -5,8 +5,16 @@ consumer (in the daemon, one consumer per queue, :class:`Consumers`; on its own,
 one of its own). A queue splits its messages between consumers, so watchers of one queue share
 the consumer to each see every message: a message is acked once every reader is done with it
 (its events acked, or filtered, or dead-lettered), and nacked back to the queue when a reader
-could not process it or left before acking it. The broker holds at most ``prefetch`` unacked
-messages for the consumer, which bounds what the readers hold.
+could not process it. One that a watcher of the daemon has not read (not running at the moment,
+or restarted before acking it) is held, unacked, until that watcher reads it, or until the
+daemon no longer runs it. The broker holds at most ``prefetch`` unacked messages for the
+consumer, which bounds what the readers hold: while a watcher is away, the others stop once
+``prefetch`` messages wait for it.
+
+A stream queue keeps its messages: each event of one carries its offset as a checkpoint
+(:attr:`~triggerer.triggers.TriggerEvent.checkpoint`), stored with the event, and a consumer
+(re)connecting starts from the readers' stored offsets (:func:`~watchers.rabbitmq_address.
+stream_start`).
 
 A lost connection (a broker restart, a closed connection, a cancelled consumer) is reconnected
 with backoff; the broker puts the messages it had not been acked back in the queue, and their
@@ -25,16 +33,24 @@ import os
 import socket
 import ssl
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from triggerer import checkpoints
 from triggerer.backoff import Backoff
 from triggerer.connections import get_connection
 from triggerer.triggers import TriggerEvent
 from watchers.clients import require
+from watchers.rabbitmq_address import (
+    StreamStart,
+    checkpoint_prefix,
+    dedup_key,
+    stream_offset_of,
+    stream_start,
+)
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
@@ -54,6 +70,9 @@ LAG_INTERVAL_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
 #: How long a new consumer waits for the other watchers of its queue before consuming.
 JOIN_WAIT_S = 5.0
+#: How long a stream queue's consumer resumed at a stored offset waits for the message there:
+#: none means the stream is shorter than that offset (it was deleted and declared again).
+RESUME_CHECK_S = 5.0
 #: Failure counts kept for queues whose broker does not count deliveries (classic queues).
 MAX_COUNTED = 10_000
 #: The consumer options: those of the first reader of a queue, whatever later readers say.
@@ -66,6 +85,10 @@ _CONSUMERS: contextvars.ContextVar[Consumers | None] = contextvars.ContextVar(
 
 class QueueMissing(LookupError):
     """The queue does not exist (the watcher does not create it)."""
+
+
+class _StreamShorter(Exception):
+    """The stream queue has no message at the stored offset it was resumed from."""
 
 
 @contextlib.contextmanager
@@ -166,6 +189,9 @@ class ReaderSpec:
     #: The reader's step from that payload to the event's payload and partition key (``None``:
     #: filtered out). It may raise: the message is then redelivered, dead-lettered at last.
     prepare: Callable[[Any], Prepared]
+    #: Where its place in a stream queue is stored (:func:`~watchers.rabbitmq_address.
+    #: checkpoint_key`).
+    checkpoint_key: str
     prefetch: int
     max_deliveries: int
     broker_dead_letters: bool
@@ -193,6 +219,8 @@ class ReaderStats:
     reconnects: int = 0
     lag: int | None = None
     last_poll_at: datetime | None = None
+    #: Whether the queue is a stream queue (known once one of its messages came).
+    stream: bool = False
 
 
 class Consumers:
@@ -201,15 +229,19 @@ class Consumers:
 
     def __init__(self) -> None:
         self._consumers: dict[tuple[Any, ...], _Consumer] = {}
-        self._expected: dict[tuple[Any, ...], set[str]] = {}
+        self._expected: dict[tuple[Any, ...], dict[str, ReaderSpec]] = {}
 
     def keep(self, readers: Iterable[HasReaderSpec]) -> None:
-        """The readers (RabbitMqTriggers) the daemon runs now."""
-        expected: dict[tuple[Any, ...], set[str]] = {}
+        """The readers (RabbitMqTriggers) the daemon runs now: messages are held for those not
+        running at the moment, no longer for those gone."""
+        expected: dict[tuple[Any, ...], dict[str, ReaderSpec]] = {}
         for reader in readers:
             spec = reader.reader_spec()
-            expected.setdefault(spec.consumer_key, set()).add(spec.key)
+            expected.setdefault(spec.consumer_key, {})[spec.key] = spec
         self._expected = expected
+        for consumer in self._consumers.values():
+            if not consumer.closed:
+                consumer.expected_changed()
 
     async def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
         """Read the queue of ``spec`` through its consumer (started by its first reader)."""
@@ -217,7 +249,7 @@ class Consumers:
         consumer = self._consumers.get(key)
         if consumer is None or consumer.closed:
             consumer = self._consumers[key] = _Consumer(
-                spec, expected=lambda: self._expected.get(key, set())
+                spec, expected=lambda: self._expected.get(key, {})
             )
             reader = consumer.join(spec, stats)
             consumer.start()
@@ -260,6 +292,10 @@ class _Entry:
 
     message: AbstractIncomingMessage
     generation: int
+    #: Its deliveries, this one included (:meth:`_Consumer._deliveries`).
+    deliveries: int
+    #: The readers it was handed to (and not taken back from).
+    handed: set[str] = dataclasses.field(default_factory=set)
     owners: int = 0
     dispatching: bool = True
     #: Back to the queue (a reader failed on it or left it): nack with requeue.
@@ -272,7 +308,9 @@ class _Entry:
 class _Consumer:
     """The connection and consumer of one queue, handing each message to its readers."""
 
-    def __init__(self, spec: ReaderSpec, *, expected: Callable[[], set[str]]) -> None:
+    def __init__(
+        self, spec: ReaderSpec, *, expected: Callable[[], Mapping[str, ReaderSpec]]
+    ) -> None:
         self._spec = spec
         self._queue = spec.queue
         self._expected = expected
@@ -283,6 +321,14 @@ class _Consumer:
         self._channel: AbstractChannel | None = None
         self._task: asyncio.Task[None] | None = None
         self._failures: OrderedDict[str, int] = OrderedDict()
+        #: Messages every present reader is done with, held for expected readers not running.
+        self._held: dict[int, _Entry] = {}
+        #: By reader key: the last offset of a stream queue it stored (it skips up to it).
+        self._floors: Mapping[str, int] = {}
+        #: The next stream consumer starts from ``first`` (the stream was declared again).
+        self._from_first = False
+        self._delivered = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
 
     def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
@@ -298,7 +344,14 @@ class _Consumer:
             self._drop(old)
         reader = self._readers[spec.key] = Reader(self, spec, stats)
         self._joined.set()
+        for entry in list(self._held.values()):  # what it missed while away
+            self._settle_soon(entry)
         return reader
+
+    def expected_changed(self) -> None:
+        """The daemon runs other watchers now: a held message may be done with."""
+        for entry in list(self._held.values()):
+            self._settle_soon(entry)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"rabbitmq-{self._queue.name}")
@@ -314,11 +367,13 @@ class _Consumer:
         self._drop(reader)
 
     def _drop(self, reader: Reader) -> None:
+        """Stop handing ``reader`` messages: those of its events not yet acked are held for it
+        (the daemon still runs its watcher) or done with (it does not)."""
         del self._readers[reader.key]
         unacked, reader.unacked = reader.unacked, {}
         for entry in unacked.values():
             entry.owners -= 1
-            entry.requeue = True
+            entry.handed.discard(reader.key)
             self._settle_soon(entry)
 
     async def close(self) -> None:
@@ -358,6 +413,13 @@ class _Consumer:
         while True:
             try:
                 await self._consume(backoff)
+            except _StreamShorter as shorter:
+                self._log.warning(
+                    "rabbitmq_stream_declared_again",
+                    stored_offset=str(shorter),
+                    why="no message at the stored offset: the stream is read from its start",
+                )
+                self._from_first = True
             except lost as error:
                 for stats in self._each_stats():
                     stats.reconnects += 1
@@ -370,6 +432,7 @@ class _Consumer:
     async def _consume(self, backoff: Backoff) -> None:
         """Connect, consume until the connection or the consumer is lost (raising), then close."""
         aiormq = require("aiormq", "rabbitmq")
+        start = await self._stream_start()
         connection = await connect(self._queue, self._spec.connection)
         try:
             channel = await connection.channel(publisher_confirms=False)
@@ -381,7 +444,10 @@ class _Consumer:
             underlay.on_consumer_cancel_callbacks.add(lambda _: cancelled.set())
             self._generation += 1
             self._channel = channel
-            offset = self._spec.stream_offset
+            self._held.clear()  # their channel is gone: the broker delivers them again
+            self._floors = start.floors
+            self._delivered.clear()
+            offset = start.offset
             try:
                 await queue.consume(
                     self._on_message,
@@ -397,10 +463,12 @@ class _Consumer:
                 host=self._queue.host,
                 port=self._queue.port,
                 prefetch=self._spec.prefetch,
+                stream_offset=offset,
                 after_failures=backoff.attempt,
             )
             backoff.attempt = 0
-            await self._watch(connection, channel, cancelled)
+            await self._watch(connection, channel, cancelled, resumed=start.resumed)
+            raise _StreamShorter(offset)  # _watch returns only then
         finally:
             self._channel = None
             # Closing a connection that is lost already may raise anything of the client's.
@@ -409,30 +477,60 @@ class _Consumer:
                     await connection.close()
 
     async def _watch(
-        self, connection: AbstractConnection, channel: AbstractChannel, cancelled: asyncio.Event
+        self,
+        connection: AbstractConnection,
+        channel: AbstractChannel,
+        cancelled: asyncio.Event,
+        *,
+        resumed: bool,
     ) -> None:
         """Read the queue's backlog every ``LAG_INTERVAL_S`` until the connection closes or the
-        broker cancels the consumer (its queue deleted): then raise ``ConnectionError``."""
+        broker cancels the consumer (its queue deleted): then raise ``ConnectionError``.
+        Consuming a stream from a stored offset (``resumed``), return when nothing comes within
+        ``RESUME_CHECK_S``: the stream is shorter than that offset."""
         closed = asyncio.ensure_future(connection.closed())
         stopped = asyncio.ensure_future(cancelled.wait())
+        delivered = asyncio.ensure_future(self._delivered.wait())
+        checking = resumed
         try:
             while True:
-                done, _ = await asyncio.wait({closed, stopped}, timeout=LAG_INTERVAL_S)
+                waiting = {closed, stopped, delivered} if checking else {closed, stopped}
+                timeout_s = RESUME_CHECK_S if checking else LAG_INTERVAL_S
+                done, _ = await asyncio.wait(waiting, timeout=timeout_s)
                 if stopped in done:
                     raise ConnectionError("the broker cancelled the consumer")
                 if closed in done:
                     raise ConnectionError("the connection closed")
+                if checking and delivered not in done:
+                    return
+                checking = False
                 self._set_lag(await declared(channel, self._queue))
         finally:
             closed.cancel()
             stopped.cancel()
+            delivered.cancel()
+
+    async def _stream_start(self) -> StreamStart:
+        """Where to consume from: after the stored offsets of the readers present and expected
+        (a stream queue), else the first reader's ``stream_offset``."""
+        if self._from_first:
+            self._from_first = False
+            return StreamStart("first", {}, resumed=False)
+        specs = {**self._expected(), **{key: r.spec for key, r in self._readers.items()}}
+        stored = await checkpoints.stored_positions(checkpoint_prefix(self._queue))
+        positions = {
+            key: None if position is None else int(position)
+            for key, spec in specs.items()
+            for position in [stored.get(spec.checkpoint_key)]
+        }
+        return stream_start(self._spec.stream_offset, positions)
 
     async def _all_joined(self) -> None:
         """Wait (a little) for the watchers expected on the queue, so none misses the first
         messages."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(JOIN_WAIT_S):
-                while self._expected() - set(self._readers):
+                while self._expected().keys() - self._readers.keys():
                     self._joined.clear()
                     await self._joined.wait()
 
@@ -445,20 +543,26 @@ class _Consumer:
     # -- messages
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        entry = _Entry(message, self._generation)
-        deliveries = self._deliveries(message)
+        self._delivered.set()
+        entry = _Entry(message, self._generation, self._deliveries(message))
         for reader in list(self._readers.values()):
-            self._hand(reader, entry, deliveries)
+            self._hand(reader, entry)
         entry.dispatching = False
         await self._settle(entry)
 
-    def _hand(self, reader: Reader, entry: _Entry, deliveries: int) -> None:
+    def _hand(self, reader: Reader, entry: _Entry) -> None:
+        entry.handed.add(reader.key)
         stats = reader.stats
         stats.received += 1
         stats.last_poll_at = datetime.now(UTC)
         if stats.lag:
             stats.lag -= 1
         message = entry.message
+        offset = stream_offset_of(message)
+        if offset is not None:
+            stats.stream = True
+            if offset <= self._floors.get(reader.key, -1):
+                return  # its event is stored already: read again only to resume there
         payload = reader.spec.payload(message)
         dead_letter = None
         try:
@@ -467,7 +571,7 @@ class _Consumer:
         # it is redelivered, then dead-lettered with the reason.
         except Exception as error:  # noqa: BLE001
             stats.failed += 1
-            dead_letter = self._failed(entry, deliveries, error)
+            dead_letter = self._failed(entry, entry.deliveries, error)
             if dead_letter is None:
                 return
             prepared = payload, None
@@ -492,6 +596,7 @@ class _Consumer:
             partition_key=partition_key,
             sent_at=None if timestamp is None else timestamp.timestamp(),
             dead_letter=dead_letter,
+            checkpoint=None if offset is None else (reader.spec.checkpoint_key, str(offset)),
         )
         if dead_letter is None:
             stats.events += 1
@@ -515,8 +620,7 @@ class _Consumer:
         """Send the message back to the queue, or give up on it: the dead-letter reason when it
         goes to the dead-letter table."""
         message = entry.message
-        stream = "x-stream-offset" in (message.headers or {})
-        if stream:  # a stream keeps its messages in place: none is delivered again
+        if stream_offset_of(message) is not None:  # a stream keeps its messages in place
             return f"{type(error).__name__}: {error} (a stream queue's message is not redelivered)"
         reason = (
             f"{type(error).__name__}: {error} (delivered {deliveries} time(s), "
@@ -542,22 +646,50 @@ class _Consumer:
             self._failures.popitem(last=False)
 
     def _settle_soon(self, entry: _Entry) -> None:
-        if entry.owners == 0 and not entry.dispatching:
-            asyncio.get_running_loop().create_task(self._settle(entry))
+        if entry.owners == 0 and not entry.dispatching and not entry.settled:
+            self._spawn(self._settle(entry))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task of its own, referenced until it is done (the event loop keeps
+        only a weak reference to a task)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _settle(self, entry: _Entry) -> None:
         """Once every reader is done with the message: ack it, or nack it back to the queue (or
-        to the dead-letter exchange)."""
+        to the dead-letter exchange); while a watcher the daemon runs has not read it, hold it
+        (a reader that came back is handed it now)."""
         if entry.dispatching or entry.owners or entry.settled:
             return
+        current = entry.generation == self._generation and self._channel is not None
+        if current and not (entry.requeue or entry.reject):
+            for reader in list(self._readers.values()):
+                if reader.key not in entry.handed:
+                    self._hand(reader, entry)
+            if entry.owners:
+                return  # handed on: settled once the new readers are done too
+        # Checked again: a reader handed it just now may have failed on it (requeue).
+        if current and not (entry.requeue or entry.reject):
+            missing = self._expected().keys() - entry.handed
+            if missing:
+                if not self._held:
+                    self._log.info(
+                        "rabbitmq_holding_for_watchers",
+                        missing=len(missing),
+                        why="watchers of the queue are not running: messages wait for them",
+                    )
+                self._held[id(entry)] = entry
+                return
+        self._held.pop(id(entry), None)
         entry.settled = True
-        if entry.generation != self._generation or self._channel is None:
+        if not current:
             return  # its channel is gone: the broker put it back in the queue
         message = entry.message
         try:
             if entry.reject:
                 await message.nack(requeue=False)
-            elif entry.requeue and "x-stream-offset" not in (message.headers or {}):
+            elif entry.requeue and stream_offset_of(message) is None:
                 await message.nack(requeue=True)
             else:
                 await message.ack()
@@ -565,25 +697,6 @@ class _Consumer:
         # the events stored already.
         except Exception as error:  # noqa: BLE001
             self._log.warning("rabbitmq_ack_lost", error=repr(error))
-
-
-def dedup_key(queue: RabbitQueue, message: AbstractIncomingMessage) -> str | None:
-    """``<vhost>/<queue>/<message_id>`` (a ``/`` in the names written ``%2F``, so the default vhost
-    is ``%2F``) when the publisher set a message id, else
-    ``<vhost>/<queue>@<offset>`` for a stream queue's message; ``None`` otherwise (at least
-    once: the delivery tag changes with each delivery)."""
-    where = f"{_slashless(queue.vhost)}/{_slashless(queue.name)}"
-    if message.message_id:
-        return f"{where}/{message.message_id}"
-    offset = (message.headers or {}).get("x-stream-offset")
-    if isinstance(offset, int):
-        return f"{where}@{offset}"
-    return None
-
-
-def _slashless(name: str) -> str:
-    """``name`` with ``/`` written ``%2F`` (as in the URI): the default vhost ``/`` is ``%2F``."""
-    return name.replace("/", "%2F")
 
 
 def _identity(message: AbstractIncomingMessage) -> str:

@@ -9,6 +9,7 @@ the test's own, on a free port: the machine's system node is never restarted.
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
@@ -138,3 +139,46 @@ async def test_two_watchers_of_one_queue_each_see_every_message(
         "'triggerer-test-missing' does not exist in vhost '/'"
         in (watchers["missing_queue"]["last_error"])
     )
+
+
+ONE_STREAM = """
+from triggerer import Asset, AssetWatcher
+from watchers import MessageQueueTrigger
+
+stream = Asset(
+    "stream", watchers=[AssetWatcher("stream_queue", MessageQueueTrigger(queue={uri!r}))]
+)
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_a_stream_queue_is_read_on_after_a_restart(
+    broker: RabbitMq, tmp_path: Path, database_url: str
+) -> None:
+    """A stream queue keeps its messages and the consumer says where to read: the watcher's
+    offset, stored with its events, is where it reads on after the daemon is killed, so what
+    was published meanwhile is read (the broker's default, ``next``, would skip it)."""
+    name = f"triggerer-test-{uuid.uuid4().hex}"
+    await declare_queue(broker.address, name, kind="stream")
+    broker.made.append(name)
+    uri = f"amqp://{broker.address}/%2F/{name}"
+    source = Source(uri=uri, send=lambda bodies: send(uri, bodies))
+    write_pipelines(tmp_path / "pipelines", ONE_STREAM.format(uri=uri))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        await process.wait_logged("rabbitmq_consuming")
+        await send(uri, [json.dumps({"i": i}) for i in range(20)])
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 20)
+        process.signal(signal.SIGKILL)
+        assert await process.wait(30) == -signal.SIGKILL
+        await send(uri, [json.dumps({"i": i}) for i in range(20, 40)])  # while it is down
+        process.start()
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 40)
+        await anyio.sleep(1)  # anything read twice would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        watchers = {row["watcher"]: row for row in await listed(process, "watchers", "list")}
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert numbers(events) == list(range(40))
+    assert watchers["stream_queue"]["consumer_group"].startswith("triggerer-stream_queue-")

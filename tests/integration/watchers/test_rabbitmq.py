@@ -14,6 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, ready_count
+from triggerer import checkpoints
 from triggerer.triggers import TriggerEvent, load_trigger
 from watchers import MessageQueueTrigger, RabbitMqTrigger, rabbitmq_consumer
 from watchers.rabbitmq import send
@@ -230,6 +231,75 @@ async def test_a_stream_queue_is_read_from_an_offset(make_rabbitmq_queue: MakeQu
         ]
 
 
+class Positions:
+    """The daemon's stored positions, as a test keeps them: each acked event's checkpoint."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.stored: dict[str, str] = {}
+        monkeypatch.setattr(checkpoints, "_reader", self.read)
+
+    async def read(self, prefix: str) -> dict[str, str]:
+        return {key: value for key, value in self.stored.items() if key.startswith(prefix)}
+
+    async def commit(self, events: list[TriggerEvent]) -> None:
+        for event in events:
+            assert event.checkpoint is not None
+            key, position = event.checkpoint
+            self.stored[key] = str(max(int(position), int(self.stored.get(key, "0"))))
+        await ack_all(events)
+
+
+def offsets(events: list[TriggerEvent]) -> list[int]:
+    return [event.payload["stream_offset"] for event in events]
+
+
+async def test_a_stream_queue_is_read_on_from_the_stored_offset(
+    make_rabbitmq_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What was published while the watcher was away (a broker restart, a daemon restart) is
+    read, and what it stored already is not read again, whatever ``stream_offset`` says."""
+    positions = Positions(monkeypatch)
+    name = await make_rabbitmq_queue(kind="stream")
+    await publish(name, b'{"i": 0}', b'{"i": 1}', b'{"i": 2}')
+    async with running(RabbitMqTrigger(uri(name), stream_offset="first", reader_name="r")) as ev:
+        got = await take(ev, 3)
+        start = offsets(got)[0]
+        assert offsets(got) == [start, start + 1, start + 2]
+        assert got[-1].checkpoint == (f"rabbitmq/%2F/{name}/r", str(start + 2))
+        await positions.commit(got)
+    await publish(name, b'{"i": 3}', b'{"i": 4}')  # while no watcher runs
+    trigger = RabbitMqTrigger(uri(name), reader_name="r")  # the broker's default: next
+    assert trigger.reads_as is None
+    async with running(trigger) as events:
+        got = await take(events, 2)
+        assert offsets(got) == [start + 3, start + 4]
+        assert trigger.reads_as == "r"
+        await positions.commit(got)
+    await publish(name, b'{"i": 5}')
+    async with running(RabbitMqTrigger(uri(name), stream_offset="first", reader_name="r")) as ev:
+        got = await take(ev, 1)
+        assert offsets(got) == [start + 5]  # not the whole stream again
+        await positions.commit(got)
+
+
+async def test_a_stream_declared_again_is_read_from_its_start(
+    make_rabbitmq_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored offset past the stream's end (the stream deleted and declared again, numbering
+    from 0): the broker would wait there for ever; the stream is read from its start instead."""
+    monkeypatch.setattr(rabbitmq_consumer, "RESUME_CHECK_S", 0.5)
+    positions = Positions(monkeypatch)
+    name = await make_rabbitmq_queue(kind="stream")
+    positions.stored[f"rabbitmq/%2F/{name}/r"] = "50"
+    await publish(name, b'{"i": 0}', b'{"i": 1}')
+    with capture_logs() as logs:
+        async with running(RabbitMqTrigger(uri(name), reader_name="r")) as events:
+            got = await take(events, 2)
+            assert bodies(got) == [{"i": 0}, {"i": 1}]
+            await ack_all(got)
+    assert any(entry["event"] == "rabbitmq_stream_declared_again" for entry in logs)
+
+
 async def test_lag_is_the_ready_backlog(make_rabbitmq_queue: MakeQueue) -> None:
     name = await make_rabbitmq_queue()
     await send(uri(name), [json.dumps({"i": i}) for i in range(10)])
@@ -278,6 +348,87 @@ async def test_watchers_of_one_queue_each_see_every_message(
             for event in got_two:
                 assert event.ack is not None
                 await event.ack()
+    assert await ready_count(SHARED_RABBITMQ, name) == 0
+
+
+async def ack_all(events: list[TriggerEvent]) -> None:
+    for event in events:
+        assert event.ack is not None
+        await event.ack()
+
+
+def bodies(events: list[TriggerEvent]) -> list[Any]:
+    return [event.payload["body"] for event in events]
+
+
+async def test_a_watcher_not_running_sees_the_messages_it_missed(
+    make_rabbitmq_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two watchers of a queue, the second not running when messages come (its own backoff
+    after a failure is longer than the consumer waits for it): the first reads and acks them,
+    and they are held, unacked, until the second has read them too."""
+    monkeypatch.setattr(rabbitmq_consumer, "JOIN_WAIT_S", 0.2)
+    name = await make_rabbitmq_queue()
+    consumers = rabbitmq_consumer.Consumers()
+    one = RabbitMqTrigger(uri(name))
+    two = RabbitMqTrigger(uri(name), prefetch=50)
+    consumers.keep([one, two])
+    with rabbitmq_consumer.sharing(consumers):
+        async with running(one) as first:
+            await send(uri(name), [json.dumps({"i": i}) for i in range(3)])
+            await ack_all(got_one := await take(first, 3))
+            assert bodies(got_one) == [{"i": i} for i in range(3)]
+            assert await ready_count(SHARED_RABBITMQ, name) == 0
+            # Back (a new instance of the same watcher): handed what it missed.
+            async with running(RabbitMqTrigger(uri(name), prefetch=50)) as second:
+                got_two = await take(second, 3)
+                assert bodies(got_two) == [{"i": i} for i in range(3)]
+                await ack_all(got_two)
+                await send(uri(name), ['{"i": 3}'])
+                await ack_all(await take(first, 1))
+                await ack_all(await take(second, 1))
+    # Every message acked: none went back to the queue when the consumer closed.
+    assert await ready_count(SHARED_RABBITMQ, name) == 0
+
+
+async def test_a_watcher_restarted_sees_what_it_had_not_acked_and_what_came_meanwhile(
+    make_rabbitmq_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``prefetch=1``, the broker delivers the next message only once the one before is
+    acked: so what comes next shows what was acked."""
+    monkeypatch.setattr(rabbitmq_consumer, "JOIN_WAIT_S", 0.2)
+    name = await make_rabbitmq_queue()
+    consumers = rabbitmq_consumer.Consumers()
+
+    def watcher(reader_name: str) -> RabbitMqTrigger:
+        return RabbitMqTrigger(uri(name), prefetch=1, reader_name=reader_name)
+
+    one = watcher("one")
+    consumers.keep([one, watcher("two")])
+    with rabbitmq_consumer.sharing(consumers):
+        async with running(one) as first:
+            async with running(watcher("two")) as second:
+                await send(uri(name), ['{"i": 0}'])
+                await ack_all(await take(first, 1))
+                [unacked] = await take(second, 1)
+            # The second watcher stopped before its ack (restarted): held for it.
+            await send(uri(name), ['{"i": 1}'])
+            async with running(watcher("two")) as second:
+                [again] = await take(second, 1)
+                assert again.dedup_key == unacked.dedup_key
+                assert bodies([again]) == [{"i": 0}]
+                await ack_all([again])
+                # Acked by both: the broker delivers the next one.
+                await ack_all(next_one := await take(first, 1))
+                assert bodies(next_one) == [{"i": 1}]
+                await ack_all(await take(second, 1))
+            # Held for a watcher the daemon no longer runs: acked once it says so.
+            await send(uri(name), ['{"i": 2}', '{"i": 3}'])
+            await ack_all(await take(first, 1))
+            consumers.keep([one])
+            [last] = await take(first, 1)
+            assert bodies([last]) == [{"i": 3}]
+            await ack_all([last])
     assert await ready_count(SHARED_RABBITMQ, name) == 0
 
 
