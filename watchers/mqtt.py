@@ -17,7 +17,7 @@ import json
 import re
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,9 +28,9 @@ from triggerer.connections import get_connection
 from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers.clients import require
-from watchers.filters import PayloadFilter, lookup
 from watchers.mqtt_address import MqttAddress, parse_mqtt_uri
-from watchers.payloads import decode_body, import_callable
+from watchers.payloads import decode_body
+from watchers.processing import Processing, check_range
 
 if TYPE_CHECKING:
     import aiomqtt
@@ -124,6 +124,7 @@ class MqttTrigger(BaseEventTrigger):
     connections: int = dataclasses.field(default=0, init=False)
 
     _address: MqttAddress = dataclasses.field(init=False)
+    _processing: Processing = dataclasses.field(init=False)
     _client: aiomqtt.Client | None = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -135,10 +136,10 @@ class MqttTrigger(BaseEventTrigger):
                 f"MqttTrigger client_id={self.client_id!r} must be non-empty text; leave it out "
                 "for one derived from the watcher"
             )
-        _check_range("session_expiry_s", self.session_expiry_s, 1, MAX_SESSION_EXPIRY_S)
-        _check_range("max_deliveries", self.max_deliveries, 1, 1_000)
-        _check_range("max_in_flight", self.max_in_flight, 1, MAX_IN_FLIGHT)
-        _check_range("keepalive_s", self.keepalive_s, 5, 65_535)
+        check_range("session_expiry_s", self.session_expiry_s, 1, MAX_SESSION_EXPIRY_S)
+        check_range("max_deliveries", self.max_deliveries, 1, 1_000)
+        check_range("max_in_flight", self.max_in_flight, 1, MAX_IN_FLIGHT)
+        check_range("keepalive_s", self.keepalive_s, 5, 65_535)
         if self.dedup_property is not None and not (
             isinstance(self.dedup_property, str) and self.dedup_property
         ):
@@ -146,15 +147,11 @@ class MqttTrigger(BaseEventTrigger):
                 f"MqttTrigger dedup_property={self.dedup_property!r} must be the name of a user "
                 "property, or None for no dedup key"
             )
-        if self.filter is not None:
-            PayloadFilter.from_option(self.filter)
-        if self.partition_key_path is not None:
-            lookup(None, self.partition_key_path)
-        if self.apply_function is not None and "." not in self.apply_function:
-            raise ValueError(
-                f"MqttTrigger apply_function={self.apply_function!r} must be a dotted path "
-                "'package.module.function'"
-            )
+        self._processing = Processing.of_options(
+            filter=self.filter,
+            apply_function=self.apply_function,
+            partition_key_path=self.partition_key_path,
+        )
 
     @property
     def session_client_id(self) -> str:
@@ -192,14 +189,12 @@ class MqttTrigger(BaseEventTrigger):
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's connection, when the daemon restarts this trigger
         client_lib = require("aiomqtt", "mqtt")
-        apply = None
-        if self.apply_function is not None:
-            apply = import_callable(self.apply_function, option="apply_function")
-        payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        self._processing.load()
         settings = _connection_settings(self.connection, self._address)
         backoff = Backoff(max_s=BACKOFF_MAX_S)
         while True:
             acks: _Acks | None = None
+            lost: BaseException | None = None
             try:
                 client = self._client = _client(
                     client_lib,
@@ -230,26 +225,28 @@ class MqttTrigger(BaseEventTrigger):
                         self._stray(message)
                         await ack()
                         continue
-                    event = self._handle(message, ack, apply, payload_filter)
+                    event = self._handle(message, ack)
                     if event is None:
                         await ack()
                     else:
                         yield event
             except client_lib.MqttError as error:
+                lost = error
+            finally:
+                if acks is not None:
+                    acks.close()  # the broker sends what is unacknowledged again on reconnect
+                await self.cleanup()
+            if lost is not None:  # closed first: the old client is not kept through the wait
                 delay_s = backoff.next_s()
                 log.warning(
                     "mqtt_disconnected",
                     host=self._address.host,
                     port=self._address.port,
                     client_id=self.session_client_id,
-                    error=str(error),
+                    error=str(lost),
                     retry_in_s=round(delay_s, 2),
                 )
                 await asyncio.sleep(delay_s)
-            finally:
-                if acks is not None:
-                    acks.close()  # the broker sends what is unacknowledged again on reconnect
-                await self.cleanup()
 
     async def cleanup(self) -> None:
         """Disconnect (the broker keeps the session); idempotent."""
@@ -290,13 +287,7 @@ class MqttTrigger(BaseEventTrigger):
             client_id=self.session_client_id,
         )
 
-    def _handle(
-        self,
-        message: aiomqtt.Message,
-        ack: _Ack,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
+    def _handle(self, message: aiomqtt.Message, ack: _Ack) -> TriggerEvent | None:
         """The event of ``message``; ``None`` when it is filtered out."""
         self.messages += 1
         payload, properties = message_payload(message)
@@ -308,7 +299,7 @@ class MqttTrigger(BaseEventTrigger):
         failures = 0
         while True:
             try:
-                event = self._event(payload, dedup_key, ack, apply, payload_filter)
+                prepared = self._processing.prepare(payload)
             # Processing runs user code (apply_function) that may raise anything: tried again,
             # then a dead letter, and the watcher carries on.
             except Exception as error:  # noqa: BLE001
@@ -326,42 +317,15 @@ class MqttTrigger(BaseEventTrigger):
                 return TriggerEvent.of_decoded_json(
                     payload, dedup_key=dedup_key, ack=ack, dead_letter=reason
                 )
-            if event is None:
+            if prepared is None:
                 self.filtered += 1
-            else:
-                self.events += 1
-            return event
-
-    def _event(
-        self,
-        payload: dict[str, Any],
-        dedup_key: str | None,
-        ack: _Ack,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
-        if payload_filter is not None and not payload_filter.matches(payload):
-            return None
-        make_event = TriggerEvent.of_decoded_json
-        result: Any = payload
-        if apply is not None:
-            result = apply(payload)
-            if result is None:
                 return None
-            make_event = TriggerEvent  # checks that what the function returned is JSON
-        partition_key = None
-        if self.partition_key_path is not None:
-            value = lookup(result, self.partition_key_path)
-            if isinstance(value, str):
-                partition_key = value
-            elif isinstance(value, int) and not isinstance(value, bool):
-                partition_key = str(value)
-            else:
-                raise ValueError(
-                    f"partition_key_path {self.partition_key_path!r} does not lead to a text or "
-                    "integer value"
-                )
-        return make_event(result, dedup_key=dedup_key, ack=ack, partition_key=partition_key)
+            self.events += 1
+            result, partition_key = prepared
+            # prepare() checked what an apply_function returned: the rest is decoded JSON.
+            return TriggerEvent.of_decoded_json(
+                result, dedup_key=dedup_key, ack=ack, partition_key=partition_key
+            )
 
 
 def message_payload(message: aiomqtt.Message) -> tuple[dict[str, Any], dict[str, str]]:
@@ -432,11 +396,6 @@ def _without_retain(payload: Any) -> Any:
     if isinstance(payload, dict) and "retain" in payload:
         return {name: value for name, value in payload.items() if name != "retain"}
     return payload
-
-
-def _check_range(option: str, value: int, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"MqttTrigger {option}={value!r} must be an integer from {low} to {high}")
 
 
 # -- connecting

@@ -11,8 +11,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -22,9 +21,10 @@ from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import nats_client
 from watchers.clients import require
-from watchers.filters import PayloadFilter, lookup
+from watchers.nats_in_flight import InFlight, MessageAck
 from watchers.nats_pull import Pull, PullEnded
-from watchers.payloads import decode_body, import_callable
+from watchers.payloads import decode_body
+from watchers.processing import Processing, check_range
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -38,10 +38,9 @@ BACKOFF_MAX_S = 5.0
 #: How often the consumer's pending counts are read to correct :attr:`NatsTrigger.lag`.
 LAG_INTERVAL_S = 30.0
 DELIVER_POLICIES = ("all", "new")
-ADVISORY_SUBJECT = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{durable}"
-_ACK = b"+ACK"
-_NAK = b"-NAK"
-_IN_PROGRESS = b"+WPI"
+#: The durable's ``max_deliver``: the server never stops delivering a message; the trigger
+#: dead-letters it past ``max_deliveries`` (a server that gave up would drop it).
+UNLIMITED = -1
 _DURABLE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _DEPLOYMENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "nats_deployment", default=None
@@ -65,11 +64,12 @@ class NatsTrigger(BaseEventTrigger):
     progress every third of ``ack_wait_s``, so the server does not redeliver it meanwhile. A
     filtered message is acked at once. A message whose processing raises is nakked (delivered
     again at once); on its ``max_deliveries``-th delivery it is yielded as a dead letter
-    (``TriggerEvent.dead_letter``) and acked once stored. The consumer's ``max_deliver`` is
-    ``max_deliveries`` too: a message the server stops delivering without an ack (the daemon
-    stopped during each of its deliveries) is announced by its max-deliveries advisory, read
-    from the stream and dead-lettered. The stream must exist; a missing one is the watcher's
-    error. Credentials and TLS come from the named ``connection``.
+    (``TriggerEvent.dead_letter``) and acked once stored. A message delivered more than
+    ``max_deliveries`` times (the daemon stopped during each delivery, killed by it maybe) is
+    yielded as a dead letter without being processed. The durable's ``max_deliver`` is
+    unlimited (an existing durable is updated to it), so the server never gives up on a message
+    on its own. The stream must exist; a missing one is the watcher's error. Credentials and
+    TLS come from the named ``connection``.
 
     In the daemon, the durable is derived from the watcher (:func:`watcher_durable`), so each
     watcher of a subject sees every message and instances of one deployment share its work.
@@ -96,13 +96,12 @@ class NatsTrigger(BaseEventTrigger):
     connection: str | None = None
 
     #: Counters for the daemon's ``/watchers``: messages received, events yielded, messages
-    #: filtered, deliveries whose processing raised, dead letters yielded, acks sent.
+    #: filtered, deliveries whose processing raised, dead letters yielded (and :attr:`acked`).
     messages: int = dataclasses.field(default=0, init=False)
     events: int = dataclasses.field(default=0, init=False)
     filtered: int = dataclasses.field(default=0, init=False)
     failed: int = dataclasses.field(default=0, init=False)
     dead_lettered: int = dataclasses.field(default=0, init=False)
-    acked: int = dataclasses.field(default=0, init=False)
 
     _client: Client | None = dataclasses.field(default=None, init=False)
     _lag: int | None = dataclasses.field(default=None, init=False)
@@ -110,11 +109,8 @@ class NatsTrigger(BaseEventTrigger):
     _created_ns: int = dataclasses.field(default=0, init=False)
     _consumer_created: datetime | None = dataclasses.field(default=None, init=False)
     _pull: Pull | None = dataclasses.field(default=None, init=False)
-    # Received and not acked yet: stream sequence -> the reply subject its acks go to.
-    _unacked: dict[int, str] = dataclasses.field(default_factory=dict, init=False)
-    _room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
-    _advisories: deque[dict[str, Any]] = dataclasses.field(default_factory=deque, init=False)
-    _keepalive: asyncio.Task[None] | None = dataclasses.field(default=None, init=False)
+    _in_flight: InFlight = dataclasses.field(init=False)
+    _processing: Processing = dataclasses.field(init=False)
 
     shareable = True
 
@@ -137,18 +133,13 @@ class NatsTrigger(BaseEventTrigger):
             if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
                 raise ValueError(f"NatsTrigger {name}={value!r} must be a number >= {low}")
         for name in ("max_deliveries", "fetch_batch", "max_in_flight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"NatsTrigger {name}={value!r} must be an integer >= 1")
-        if self.filter is not None:
-            PayloadFilter.from_option(self.filter)
-        if self.partition_key_path is not None:
-            lookup(None, self.partition_key_path)
-        if self.apply_function is not None and "." not in self.apply_function:
-            raise ValueError(
-                f"apply_function={self.apply_function!r} must be a dotted path "
-                "'package.module.function'"
-            )
+            check_range(f"NatsTrigger {name}", getattr(self, name), 1)
+        self._processing = Processing.of_options(
+            filter=self.filter,
+            apply_function=self.apply_function,
+            partition_key_path=self.partition_key_path,
+        )
+        self._in_flight = InFlight(ack_wait_s=self.ack_wait_s, limit=self.max_in_flight)
 
     @property
     def durable_name(self) -> str:
@@ -162,6 +153,11 @@ class NatsTrigger(BaseEventTrigger):
     def reads_as(self) -> str | None:
         """The durable consumer it reads through."""
         return self.durable_name
+
+    @property
+    def acked(self) -> int:
+        """Events acked (the counter of the daemon's ``/watchers``)."""
+        return self._in_flight.acked
 
     @property
     def lag(self) -> int | None:
@@ -189,16 +185,13 @@ class NatsTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()  # a previous run's connection, when the daemon restarts it
         errors = require("nats.errors", "nats")
-        apply = None
-        if self.apply_function is not None:
-            apply = import_callable(self.apply_function, option="apply_function")
-        payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        self._processing.load()
         backoff = Backoff(max_s=BACKOFF_MAX_S)
         while True:
             try:
                 client, pull = await self._open()
                 backoff.attempt = 0
-                async for event in self._read(client, pull, apply, payload_filter):
+                async for event in self._read(client, pull):
                     yield event
             except (OSError, errors.Error, PullEnded) as error:
                 retry_in_s = backoff.next_s()
@@ -216,14 +209,14 @@ class NatsTrigger(BaseEventTrigger):
         """Close the connection (a message received and not acked is delivered again after
         ``ack_wait_s``); idempotent."""
         await self._close()
-        self._unacked.clear()
+        self._in_flight.clear()
         self._lag = None
 
     # -- connecting
 
     async def _open(self) -> tuple[Client, Pull]:
-        """Connect, read the stream's creation time, create or update the durable, listen to its
-        advisories; the pulls of the durable."""
+        """Connect, read the stream's creation time, create or update the durable; the pulls of
+        the durable."""
         errors = require("nats.js.errors", "nats")
         api = require("nats.js.api", "nats")
         address = nats_client.NatsAddress(self.servers, self.stream, self.subject)
@@ -240,17 +233,18 @@ class NatsTrigger(BaseEventTrigger):
                 "triggerer does not create streams"
             ) from None
         if created_ns != self._created_ns:
-            # Advisories and unacked messages name sequences of the stream they came from (its
-            # durable is gone with it), not of this one.
-            self._advisories.clear()
-            self._unacked.clear()
+            # Messages held name sequences of the stream they came from (its durable is gone
+            # with it), not of this one.
+            self._in_flight.forget()
             self._created_ns = created_ns
         config = api.ConsumerConfig(
             durable_name=self.durable_name,
             filter_subject=self.subject,
             ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=float(self.ack_wait_s),
-            max_deliver=self.max_deliveries,
+            # A durable made by an earlier version (max_deliver=max_deliveries) is updated: the
+            # server takes a new max_deliver for an existing durable.
+            max_deliver=UNLIMITED,
             max_ack_pending=self.max_in_flight,
             deliver_policy=api.DeliverPolicy(self.deliver_policy),
         )
@@ -265,11 +259,6 @@ class NatsTrigger(BaseEventTrigger):
             ) from None
         self._consumer_created = consumer.created
         self._lag = (consumer.num_pending or 0) + (consumer.num_ack_pending or 0)
-        await client.subscribe(
-            ADVISORY_SUBJECT.format(stream=self.stream, durable=self.durable_name),
-            queue=self.durable_name,  # one instance of a deployment dead-letters each
-            cb=self._advised,
-        )
         pull = self._pull = Pull(
             client,
             self.stream,
@@ -278,9 +267,7 @@ class NatsTrigger(BaseEventTrigger):
             expires_s=self.fetch_wait_s,
         )
         await pull.start()
-        self._keepalive = asyncio.create_task(
-            self._mark_in_progress(client), name=f"nats-in-progress-{self.durable_name}"
-        )
+        self._in_flight.connected(client, name=f"nats-in-progress-{self.durable_name}")
         log.info(
             "nats_consumer_ready",
             stream=self.stream,
@@ -291,56 +278,23 @@ class NatsTrigger(BaseEventTrigger):
 
     async def _closed(self) -> None:
         # A reader waiting for room or for messages finds the connection gone.
-        self._room.set()
+        self._in_flight.wake()
         if self._pull is not None:
             self._pull.wake()
 
     async def _close(self) -> None:
-        keepalive, self._keepalive = self._keepalive, None
-        if keepalive is not None:
-            keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keepalive
+        await self._in_flight.disconnected()
         self._pull = None
         client, self._client = self._client, None
         if client is not None and not client.is_closed:
             await client.close()
 
-    async def _mark_in_progress(self, client: Client) -> None:
-        """Every third of ``ack_wait_s``, tell the server each unacked message is in progress."""
-        while True:
-            await asyncio.sleep(self.ack_wait_s / 3)
-            if not client.is_connected:
-                return
-            for reply in list(self._unacked.values()):
-                await client.publish(reply, _IN_PROGRESS)
-
-    async def _advised(self, message: Msg) -> None:
-        self._advisories.append(json.loads(message.data))
-
     # -- reading
 
-    async def _read(
-        self,
-        client: Client,
-        pull: Pull,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> AsyncIterator[TriggerEvent]:
-        errors = require("nats.errors", "nats")
+    async def _read(self, client: Client, pull: Pull) -> AsyncIterator[TriggerEvent]:
         lag_read_at = asyncio.get_running_loop().time()
         while True:
-            while self._advisories:
-                advisory = self._advisories.popleft()
-                event = await self._given_up(client, advisory, apply, payload_filter)
-                if event is not None:
-                    yield event
-            if len(self._unacked) >= self.max_in_flight:
-                self._room.clear()
-                await self._room.wait()
-                if client.is_closed:
-                    raise errors.ConnectionClosedError
-                continue
+            await self._in_flight.room()
             now = asyncio.get_running_loop().time()
             if now - lag_read_at > LAG_INTERVAL_S:
                 lag_read_at = now
@@ -350,31 +304,26 @@ class NatsTrigger(BaseEventTrigger):
                     # stream's creation time: read it again.
                     raise PullEnded(f"the durable {self.durable_name!r} was created again")
                 self._lag = (info.num_pending or 0) + (info.num_ack_pending or 0)
-            messages = await pull.take(self.max_in_flight - len(self._unacked))
+            messages = await pull.take(self.max_in_flight - len(self._in_flight))
             self.polled()
             if not messages:
-                self._lag = len(self._unacked)
+                self._lag = len(self._in_flight)
                 continue
             for message in messages:
-                metadata = message.metadata
-                sequence = metadata.sequence.stream
-                self._unacked[sequence] = message.reply
-                self._lag = metadata.num_pending + len(self._unacked)
-                event = await self._handle(message, apply, payload_filter)
+                event = await self._handle(message)
                 if event is not None:
                     yield event
 
-    async def _handle(
-        self,
-        message: Msg,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
-        """The event (or dead letter) of ``message``; ``None`` once it is filtered or nakked."""
+    async def _handle(self, message: Msg) -> TriggerEvent | None:
+        """The event (or dead letter) of ``message``; ``None`` once it is filtered (and acked)
+        or its processing raised (nakked, to be delivered again)."""
         self.messages += 1
         metadata = message.metadata
         sequence = metadata.sequence.stream
-        ack = _Ack(self, sequence, message.reply)
+        delivered = metadata.num_delivered
+        ack = self._in_flight.received(sequence, message.reply)
+        self._lag = metadata.num_pending + len(self._in_flight)
+        key = dedup_key(self.stream, sequence, self._created_ns)
         payload = message_payload(
             self.stream,
             message.subject,
@@ -383,150 +332,52 @@ class NatsTrigger(BaseEventTrigger):
             message.data,
             message.headers,
         )
-        try:
-            event = self._event(
-                payload, sequence, ack, apply, payload_filter, metadata.timestamp.timestamp()
+        if delivered > self.max_deliveries:
+            # The daemon stopped during each delivery (killed by this very message, maybe):
+            # it is not processed again.
+            return self._dead_letter(
+                payload,
+                key,
+                ack,
+                f"delivered {delivered} times, more than max_deliveries={self.max_deliveries}, "
+                "without its event being stored",
             )
+        try:
+            prepared = self._processing.prepare(payload)
         # Processing runs user code (apply_function) that may raise anything: the message is
         # delivered again, and dead-lettered at its last delivery; the watcher carries on.
         except Exception as error:  # noqa: BLE001
             self.failed += 1
-            delivered = metadata.num_delivered
             reason = (
                 f"{type(error).__name__}: {error} (delivery {delivered} of max_deliveries="
                 f"{self.max_deliveries})"
             )
-            if delivered < self.max_deliveries:
-                log.info(
-                    "nats_message_failed",
-                    key=dedup_key(self.stream, sequence, self._created_ns),
-                    error=reason,
-                )
-                await ack.send(_NAK)
-                return None
-            return self._dead_letter(payload, sequence, ack, reason)
-        if event is None:
+            if delivered >= self.max_deliveries:
+                return self._dead_letter(payload, key, ack, reason)
+            log.info("nats_message_failed", key=key, error=reason)
+            await ack.nak()
+            return None
+        if prepared is None:
             self.filtered += 1
             await ack()
             return None
         self.events += 1
-        return event
-
-    def _event(
-        self,
-        payload: dict[str, Any],
-        sequence: int,
-        ack: _Ack | None,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-        sent_at: float | None = None,
-    ) -> TriggerEvent | None:
-        if payload_filter is not None and not payload_filter.matches(payload):
-            return None
-        result: Any = payload
-        make_event = TriggerEvent.of_decoded_json
-        if apply is not None:
-            result = apply(payload)
-            if result is None:
-                return None
-            make_event = TriggerEvent  # checks that what the function returned is JSON
-        partition_key = None
-        if self.partition_key_path is not None:
-            value = lookup(result, self.partition_key_path)
-            if isinstance(value, str | int) and not isinstance(value, bool):
-                partition_key = str(value)
-            else:
-                raise ValueError(
-                    f"partition_key_path {self.partition_key_path!r} does not lead to a text "
-                    "or integer value"
-                )
-        return make_event(
+        result, partition_key = prepared
+        # prepare() checked what an apply_function returned: the rest is decoded JSON.
+        return TriggerEvent.of_decoded_json(
             result,
-            dedup_key=dedup_key(self.stream, sequence, self._created_ns),
+            dedup_key=key,
             ack=ack,
             partition_key=partition_key,
-            sent_at=sent_at,
+            sent_at=metadata.timestamp.timestamp(),
         )
 
     def _dead_letter(
-        self, payload: dict[str, Any], sequence: int, ack: _Ack | None, reason: str
+        self, payload: dict[str, Any], key: str, ack: MessageAck, reason: str
     ) -> TriggerEvent:
         self.dead_lettered += 1
-        key = dedup_key(self.stream, sequence, self._created_ns)
         log.warning("nats_message_dead_lettered", key=key, durable=self.durable_name, error=reason)
         return TriggerEvent.of_decoded_json(payload, dedup_key=key, ack=ack, dead_letter=reason)
-
-    async def _given_up(
-        self,
-        client: Client,
-        advisory: dict[str, Any],
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
-        """The dead letter of a message the server stopped delivering (its max-deliveries
-        advisory), read from the stream; ``None`` when this trigger holds it (its event is on
-        its way) or the stream no longer has it (logged as lost)."""
-        errors = require("nats.js.errors", "nats")
-        sequence = int(advisory["stream_seq"])
-        deliveries = int(advisory.get("deliveries", self.max_deliveries))
-        key = dedup_key(self.stream, sequence, self._created_ns)
-        if sequence in self._unacked:
-            log.info("nats_max_deliveries_held", key=key, deliveries=deliveries)
-            return None
-        try:
-            stored = await client.jetstream().get_msg(self.stream, sequence)
-        except errors.NotFoundError:
-            log.error("nats_message_lost", key=key, deliveries=deliveries)
-            return None
-        payload = message_payload(
-            self.stream, stored.subject or "", sequence, stored.time, stored.data, stored.headers
-        )
-        reason = (
-            f"NATS stopped delivering it after {deliveries} deliveries without an ack "
-            f"(max_deliveries={self.max_deliveries})"
-        )
-        try:
-            self._event(payload, sequence, None, apply, payload_filter)
-        # As in _handle: user code may raise anything; its error joins the reason.
-        except Exception as error:  # noqa: BLE001
-            reason += f"; its processing raises {type(error).__name__}: {error}"
-        return self._dead_letter(payload, sequence, None, reason)
-
-
-class _Ack:
-    """The ``ack`` of one event: acks its message, once, on the trigger's current connection
-    (one made again after a broker restart acks it as well)."""
-
-    __slots__ = ("_done", "_reply", "_sequence", "_trigger")
-
-    def __init__(self, trigger: NatsTrigger, sequence: int, reply: str) -> None:
-        self._trigger = trigger
-        self._sequence = sequence
-        self._reply = reply
-        self._done = False
-
-    async def __call__(self) -> None:
-        if not self._done:
-            await self.send(_ACK)
-            self._trigger.acked += 1
-
-    async def send(self, answer: bytes) -> None:
-        """Send ``answer`` (an ack or a nak) once; a message answered by no connection is
-        delivered again after ``ack_wait_s``, and its dedup key absorbs it."""
-        if self._done:
-            return
-        self._done = True
-        trigger = self._trigger
-        if trigger._unacked.pop(self._sequence, None) is not None:
-            trigger._room.set()
-        client = trigger._client
-        if client is None or not client.is_connected:
-            log.info(
-                "nats_ack_deferred",
-                key=dedup_key(trigger.stream, self._sequence, trigger._created_ns),
-            )
-            return
-        await client.publish(self._reply, answer)
 
 
 def message_payload(

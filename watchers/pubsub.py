@@ -9,7 +9,6 @@ deadlines in :mod:`watchers.pubsub_acks`; the clients, the puller's and ``send``
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import urllib.parse
@@ -18,14 +17,12 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider, SharedReaders
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
+from triggerer.triggers import BaseEventTrigger, TriggerEvent
 from watchers import pubsub_puller
 from watchers.clients import require
-from watchers.filters import PayloadFilter, lookup, parse_path
-from watchers.payloads import import_callable
+from watchers.processing import Prepared, Processing, check_range
 from watchers.pubsub_client import connect
 from watchers.pubsub_puller import (
-    Prepared,
     Reader,
     ReaderSpec,
     ReaderStats,
@@ -84,7 +81,8 @@ class PubSubTrigger(BaseEventTrigger):
 
     ``subscription`` is ``pubsub://PROJECT/SUBSCRIPTION``; the subscription must exist. The
     payload is ``{"message_id", "body", "attributes", "publish_time", "ordering_key",
-    "delivery_attempt"}`` and the dedup key ``<subscription>/<message_id>``. ``filter`` is
+    "delivery_attempt"}`` and the dedup key ``<subscription>/<message_id>@<publish_time>``
+    (:func:`~watchers.pubsub_puller.dedup_key`). ``filter`` is
     checked on the payload, then ``apply_function`` (dotted path) may replace it; a message
     either drops is acknowledged. ``partition_key_path`` picks the partition key from the final
     payload.
@@ -124,23 +122,16 @@ class PubSubTrigger(BaseEventTrigger):
             isinstance(emulator_host, str) and _HOST_PORT.fullmatch(emulator_host)
         ):
             raise ValueError(f"emulator_host={emulator_host!r} must be 'host:port'")
-        _check_range("max_messages", max_messages, 1, 1000)
-        _check_range("pullers", pullers, 1, 16)
-        _check_range("max_deliveries", max_deliveries, 1, 1000)
+        check_range("max_messages", max_messages, 1, 1000)
+        check_range("pullers", pullers, 1, 16)
+        check_range("max_deliveries", max_deliveries, 1, 1000)
         if ack_deadline_s is not None:
-            _check_range("ack_deadline_s", ack_deadline_s, 10, 600)
+            check_range("ack_deadline_s", ack_deadline_s, 10, 600)
         if connection is not None and not (isinstance(connection, str) and connection):
             raise ValueError(f"connection={connection!r} must be the name of a connection")
-        if partition_key_path is not None:
-            parse_path(partition_key_path)
-        self._filter = None if filter is None else PayloadFilter.from_option(filter)
-        self._apply = (
-            None
-            if apply_function is None
-            else import_callable(apply_function, option="apply_function")
+        self._processing = Processing.of_options(
+            filter=filter, apply_function=apply_function, partition_key_path=partition_key_path
         )
-        if inspect.iscoroutinefunction(self._apply):
-            raise ValueError(f"apply_function={apply_function!r} must be a plain function")
         self._kwargs: dict[str, Any] = {
             "subscription": subscription,
             "emulator_host": emulator_host,
@@ -224,6 +215,7 @@ class PubSubTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
+        self._processing.load()
         # On its own (outside the daemon), the trigger has a puller of its own.
         pullers = pubsub_puller.current() or pubsub_puller.Pullers()
         reader = self._reader = await pullers.join(self.reader_spec(), self._stats)
@@ -243,39 +235,16 @@ class PubSubTrigger(BaseEventTrigger):
         return bool(_steady(stored) == _steady(received))
 
     def _prepare(self, received: Any) -> Prepared:
-        """The payload and partition key of a message, ``None`` when it is filtered out."""
-        payload: Any = message_payload(received)
-        if self._filter is not None and not self._filter.matches(payload):
-            return None
-        if self._apply is not None:
-            payload = self._apply(payload)
-            if payload is None:
-                return None
-            # Not JSON: a failing message (nacked, then dead-lettered), not a failing watcher.
-            check_json(payload, "apply_function result")
-        return payload, self._partition_key(payload)
-
-    def _partition_key(self, payload: Any) -> str | None:
-        path = self._kwargs["partition_key_path"]
-        if path is None:
-            return None
-        value = lookup(payload, path)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError(f"partition_key_path {path!r} does not lead to a text or integer value")
+        """The payload and partition key of a message, ``None`` when it is filtered out; what
+        raises (an apply_function's result that is not JSON included) fails the message (nacked,
+        then dead-lettered), not the watcher."""
+        return self._processing.prepare(message_payload(received))
 
 
 def _steady(payload: Any) -> Any:
     if isinstance(payload, dict) and "delivery_attempt" in payload:
         return {**payload, "delivery_attempt": None}
     return payload
-
-
-def _check_range(option: str, value: int, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{option}={value!r} must be an integer from {low} to {high}")
 
 
 # -- the producer: ``triggerer post pubsub URI MESSAGE...``

@@ -36,6 +36,7 @@ from watchers.pubsub_acks import HeldMessages
 from watchers.pubsub_client import connect
 
 if TYPE_CHECKING:
+    from watchers.processing import Prepared
     from watchers.pubsub_acks import Held
     from watchers.pubsub_client import Clients
 
@@ -92,14 +93,25 @@ def message_payload(received: Any) -> dict[str, Any]:
     }
 
 
-def _rfc3339(timestamp: Any) -> str:
-    """A protobuf Timestamp as RFC 3339 text in UTC, to the microsecond (as Pub/Sub's JSON)."""
+def dedup_key(subscription: str, message: Any) -> str:
+    """The dedup key of ``message`` (a ``PubsubMessage`` protobuf) read from the subscription
+    named ``subscription``: ``<subscription>/<message_id>@<publish_time>``, the publish time in
+    RFC 3339 in UTC with all nine digits of its nanoseconds (``2026-01-02T03:04:05.678000000Z``).
+
+    Both parts are the same on every delivery of the message. The publish time tells apart
+    messages of one id from two incarnations of the service: the emulator starts its ids
+    again when it restarts, which would make a new message look stored already.
+    """
+    published = message.publish_time
+    return f"{subscription}/{message.message_id}@{_rfc3339(published, digits=9)}"
+
+
+def _rfc3339(timestamp: Any, *, digits: int = 6) -> str:
+    """A protobuf Timestamp as RFC 3339 text in UTC, to the microsecond (as Pub/Sub's JSON) or
+    with ``digits=9`` to the nanosecond."""
     whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(timestamp.seconds))
-    return f"{whole}.{timestamp.nanos // 1000:06d}Z"
-
-
-#: A reader's payload and partition key of a message; ``None`` when the reader filters it out.
-Prepared = tuple[Any, str | None] | None
+    fraction = timestamp.nanos // 10 ** (9 - digits)
+    return f"{whole}.{fraction:0{digits}d}Z"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -379,7 +391,7 @@ class Puller:
         self, reader: Reader, message: Any, entry: Held, ack: Callable[[], Awaitable[None]]
     ) -> TriggerEvent | None:
         """The reader's event of ``message``; ``None`` when filtered, or failing again."""
-        dedup_key = f"{self._name}/{entry.message_id}"
+        key = dedup_key(self._name, message.message)
         timestamp = message.message.publish_time
         sent_at = timestamp.seconds + timestamp.nanos / 1e9
         try:
@@ -395,7 +407,7 @@ class Puller:
             reader.stats.dead_lettered += 1
             payload = message_payload(message)
             return TriggerEvent.of_decoded_json(
-                payload, dedup_key=dedup_key, ack=ack, sent_at=sent_at, dead_letter=reason
+                payload, dedup_key=key, ack=ack, sent_at=sent_at, dead_letter=reason
             )
         if prepared is None:
             reader.stats.filtered += 1
@@ -404,7 +416,7 @@ class Puller:
         payload, partition_key = prepared
         # prepare() checked what an apply_function returned: the rest is decoded JSON.
         return TriggerEvent.of_decoded_json(
-            payload, dedup_key=dedup_key, ack=ack, partition_key=partition_key, sent_at=sent_at
+            payload, dedup_key=key, ack=ack, partition_key=partition_key, sent_at=sent_at
         )
 
     def _ack_of(self, reader: Reader, token: object, entry: Held) -> Callable[[], Awaitable[None]]:

@@ -10,9 +10,8 @@ a watcher of a channel says so when it starts (``redis_pubsub_at_most_once``) an
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -20,8 +19,8 @@ import structlog
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
-from watchers.filters import PayloadFilter, lookup, parse_path
-from watchers.payloads import decode_body, import_callable
+from watchers.payloads import decode_body
+from watchers.processing import Processing
 from watchers.redis_address import (
     DEFAULT_REDIS_PORT,
     RedisAddress,
@@ -77,20 +76,17 @@ class RedisPubSubTrigger(BaseEventTrigger):
     filtered: int = dataclasses.field(default=0, init=False)
     failed: int = dataclasses.field(default=0, init=False)
 
+    _processing: Processing = dataclasses.field(init=False)
     _redis: redis.asyncio.Redis | None = dataclasses.field(default=None, init=False)
     _subscribed: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self) -> None:
         check_address(self.host, self.port, self.db, self.channel, "channel")
-        if self.filter is not None:
-            PayloadFilter.from_option(self.filter)
-        if self.partition_key_path is not None:
-            parse_path(self.partition_key_path)
-        if self.apply_function is not None and "." not in self.apply_function:
-            raise ValueError(
-                f"apply_function={self.apply_function!r} must be a dotted path "
-                "'package.module.function'"
-            )
+        self._processing = Processing.of_options(
+            filter=self.filter,
+            apply_function=self.apply_function,
+            partition_key_path=self.partition_key_path,
+        )
 
     @property
     def address(self) -> RedisAddress:
@@ -113,14 +109,7 @@ class RedisPubSubTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()
-        apply = None
-        if self.apply_function is not None:
-            apply = import_callable(self.apply_function, option="apply_function")
-            if inspect.iscoroutinefunction(apply):
-                raise ValueError(
-                    f"apply_function={self.apply_function!r} must be a plain function, not async"
-                )
-        payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        self._processing.load()
         log.warning(
             "redis_pubsub_at_most_once",
             watcher=self.watcher,
@@ -143,7 +132,7 @@ class RedisPubSubTrigger(BaseEventTrigger):
                         self.polled()
                         if message is None or message["type"] != "message":
                             continue
-                        event = self._handle(message["data"], apply, payload_filter)
+                        event = self._handle(message["data"])
                         if event is not None:
                             yield event
             except transient as error:
@@ -165,18 +154,11 @@ class RedisPubSubTrigger(BaseEventTrigger):
         if redis_client is not None:
             await redis_client.aclose()
 
-    def _handle(
-        self,
-        data: bytes,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
+    def _handle(self, data: bytes) -> TriggerEvent | None:
         self.messages += 1
-        payload: Any = {"channel": self.channel, "body": decode_body(data)}
-        received_at = time.time()
-        payload["received_at"] = received_at
+        payload = {"channel": self.channel, "body": decode_body(data), "received_at": time.time()}
         try:
-            event = self._event(payload, apply, payload_filter)
+            prepared = self._processing.prepare(payload)
         # apply_function is user code that may raise anything: the message is dropped (nothing
         # could redeliver it) and the watcher carries on.
         except Exception as error:  # noqa: BLE001
@@ -188,36 +170,13 @@ class RedisPubSubTrigger(BaseEventTrigger):
                 error=f"{type(error).__name__}: {error}",
             )
             return None
-        if event is None:
+        if prepared is None:
             self.filtered += 1
-        else:
-            self.events += 1
-        return event
-
-    def _event(
-        self,
-        payload: Any,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
-        if payload_filter is not None and not payload_filter.matches(payload):
             return None
-        make_event = TriggerEvent.of_decoded_json
-        if apply is not None:
-            payload = apply(payload)
-            if payload is None:
-                return None
-            make_event = TriggerEvent  # checks that what the function returned is JSON
-        partition_key = None
-        if self.partition_key_path is not None:
-            value = lookup(payload, self.partition_key_path)
-            if not isinstance(value, str | int) or isinstance(value, bool):
-                raise ValueError(
-                    f"partition_key_path {self.partition_key_path!r} does not lead to a text "
-                    "or integer value"
-                )
-            partition_key = str(value)
-        return make_event(payload, partition_key=partition_key)
+        self.events += 1
+        result, partition_key = prepared
+        # prepare() checked what an apply_function returned: the rest is decoded JSON.
+        return TriggerEvent.of_decoded_json(result, partition_key=partition_key)
 
 
 # -- the provider: redis+pubsub:// URIs, and PUBLISH for `triggerer post redis-pubsub`

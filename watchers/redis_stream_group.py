@@ -4,15 +4,18 @@ reads through.
 :class:`StreamGroupReader` prepares the group (the stream must exist; the group is created at
 its start id when missing; consumers of daemons gone long ago are removed), then hands out
 entries: those pending for ``min_idle_ms`` first (XAUTOCLAIM, with their delivery counts from
-XPENDING), else new ones (XREADGROUP). It keeps the entries whose events are yielded and not
-yet acknowledged (in flight): their idle time is reset (XCLAIM JUSTID) so that a slow commit
-does not get them claimed elsewhere, and reading pauses while too many are. Acknowledgements
+XPENDING), else new ones (XREADGROUP). It keeps the entries handed out and not yet done with
+(in flight: not acknowledged, filtered or released after a failure). A task of its own resets
+their idle time (XCLAIM JUSTID) every third of ``min_idle_ms``, whether or not the trigger is
+reading meanwhile, so that neither a slow commit nor a consumer blocked on the daemon's
+backpressure gets them claimed elsewhere; reading pauses while too many are. Acknowledgements
 are gathered and sent (XACK) with the next read, in one round trip, and when the reader closes.
 The group's lag is read every ``LAG_INTERVAL_S``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -91,34 +94,52 @@ class StreamGroupReader:
         self._acks: list[str] = []
         self._in_flight: dict[str, float] = {}
         self._room: anyio.Event | None = None
+        self._refresher: asyncio.Task[None] | None = None
         self._claim_cursor = "0-0"
         self._next_claim_at = 0.0
-        self._next_refresh_at = 0.0
         self._next_lag_at = 0.0
 
     def open(self, redis_client: redis.asyncio.Redis) -> None:
-        """Read through ``redis_client`` (closed by :meth:`close`), as this process's consumer."""
+        """Read through ``redis_client`` (closed by :meth:`close`), as this process's consumer,
+        and start keeping the entries in flight fresh."""
         self.consumer = f"{socket.gethostname()}-{os.getpid()}"
         self._redis = redis_client
+        self._refresher = asyncio.create_task(
+            self._keep_fresh(redis_client), name=f"redis-stream-refresh-{self.stream}"
+        )
 
     async def close(self) -> None:
         """Acknowledge what is acknowledged but not yet sent, then close the client;
-        idempotent. Entries yielded and not acknowledged stay pending, claimed again later."""
+        idempotent. Entries handed out and not acknowledged stay pending, claimed again later."""
         redis_client, self._redis = self._redis, None
+        refresher, self._refresher = self._refresher, None
         self._in_flight.clear()
         self.lag = None
+        if refresher is not None:
+            refresher.cancel()
+            with anyio.CancelScope(shield=True):
+                # An error that stopped it is next_entries()'s to raise, not the closing's.
+                await asyncio.gather(refresher, return_exceptions=True)
         if redis_client is None:
             return
-        with anyio.move_on_after(_CLEANUP_TIMEOUT_S, shield=True):
-            try:
-                await self._flush_acks(redis_client)
-            except transient_errors() as error:  # pending: claimed again and deduplicated
-                log.warning("redis_stream_final_ack_failed", stream=self.stream, error=str(error))
-            await redis_client.aclose()
-
-    def yielded(self, entry_id: str) -> None:
-        """The event of ``entry_id`` is yielded: in flight until :meth:`acked`."""
-        self._in_flight[entry_id] = time.monotonic()
+        try:
+            with anyio.move_on_after(_CLEANUP_TIMEOUT_S, shield=True) as scope:
+                try:
+                    await self._flush_acks(redis_client)
+                except transient_errors() as error:  # pending: claimed again and deduplicated
+                    log.warning(
+                        "redis_stream_final_ack_failed", stream=self.stream, error=str(error)
+                    )
+            if scope.cancelled_caught:
+                log.warning(
+                    "redis_stream_final_ack_timed_out",
+                    stream=self.stream,
+                    timeout_s=_CLEANUP_TIMEOUT_S,
+                )
+        finally:
+            # Closed even when the acks timed out or failed otherwise: the client is not leaked.
+            with anyio.move_on_after(_CLEANUP_TIMEOUT_S, shield=True):
+                await redis_client.aclose()
 
     def acked(self, entry_id: str) -> None:
         """An event's ack: its entry is acknowledged with the next batch of XACK."""
@@ -129,7 +150,13 @@ class StreamGroupReader:
 
     def skipped(self, entry_id: str) -> None:
         """An entry filtered out (no event): acknowledged with the next batch of XACK."""
+        self._in_flight.pop(entry_id, None)
         self._acks.append(entry_id)
+
+    def released(self, entry_id: str) -> None:
+        """An entry whose processing failed: no longer kept fresh, so it stays pending until
+        ``min_idle_ms`` has passed and is then claimed again (delivered once more)."""
+        self._in_flight.pop(entry_id, None)
 
     async def prepare(self) -> None:
         """Check that the stream exists, create the group unless it does, and remove the
@@ -177,16 +204,15 @@ class StreamGroupReader:
         if now >= self._next_lag_at:
             await self._read_lag(redis_client)
             self._next_lag_at = now + LAG_INTERVAL_S
-        if now >= self._next_refresh_at:
-            await self._refresh_in_flight(redis_client)
-            self._next_refresh_at = now + self.min_idle_ms / 3000
+        if self._refresher is not None and self._refresher.done():
+            self._refresher.result()  # what stopped it (a bug): the watcher's error
         if now >= self._next_claim_at:
             await self._flush_acks(redis_client)  # an acked entry is not claimed again
             claimed = await self._claim(redis_client)
             if self._claim_cursor == "0-0":  # a pass over the pending entries is complete
                 self._next_claim_at = now + self.min_idle_ms / 2000
             if claimed:
-                return claimed
+                return self._hand_out(claimed)
         if len(self._in_flight) >= self.max_in_flight:
             await self._flush_acks(redis_client)
             self._room = anyio.Event()
@@ -217,7 +243,15 @@ class StreamGroupReader:
         if not response:
             return []
         [[_, entries]] = response
-        return [(entry_id.decode(), fields, 1) for entry_id, fields in entries]
+        return self._hand_out([(entry_id.decode(), fields, 1) for entry_id, fields in entries])
+
+    def _hand_out(self, entries: list[Entry]) -> list[Entry]:
+        """``entries``, in flight from now until acknowledged, skipped or released: kept fresh
+        even before their events are yielded (the trigger may wait to yield a batch's rest)."""
+        now = time.monotonic()
+        for entry_id, _, _ in entries:
+            self._in_flight[entry_id] = now
+        return entries
 
     def _client(self) -> redis.asyncio.Redis:
         if self._redis is None:
@@ -260,11 +294,33 @@ class StreamGroupReader:
             (entry_id.decode(), fields, delivered.get(entry_id, 1)) for entry_id, fields in claimed
         ]
 
+    async def _keep_fresh(self, redis_client: redis.asyncio.Redis) -> None:
+        """Every third of ``min_idle_ms``, reset the idle time of the entries in flight: a task
+        of its own, as the trigger may be held at a ``yield`` (the daemon's backpressure) for
+        longer than that. An error is logged and the next round tries again; the reads see the
+        server gone too and reconnect."""
+        response_error = require("redis.exceptions", "redis").ResponseError
+        retried = (*transient_errors(), response_error)
+        while True:
+            await anyio.sleep(self.min_idle_ms / 3000)
+            try:
+                await self._refresh_in_flight(redis_client)
+            except retried as error:  # NOGROUP too: the reads make the group again
+                log.warning(
+                    "redis_stream_refresh_failed",
+                    stream=self.stream,
+                    group=self.group,
+                    entries=len(self._in_flight),
+                    error=str(error) or type(error).__name__,
+                )
+
     async def _refresh_in_flight(self, redis_client: redis.asyncio.Redis) -> None:
-        """Reset the idle time of the entries yielded and not yet acknowledged (XCLAIM JUSTID,
-        which counts no delivery), so that a slow commit does not get them claimed."""
+        """Reset the idle time of the entries in flight for a third of ``min_idle_ms`` or more
+        (XCLAIM JUSTID, which counts no delivery), so that they are not claimed elsewhere."""
         stale_before = time.monotonic() - self.min_idle_ms / 3000
-        ids: list[Any] = [entry_id for entry_id, at in self._in_flight.items() if at < stale_before]
+        ids: list[Any] = [
+            entry_id for entry_id, at in self._in_flight.items() if at <= stale_before
+        ]
         for start in range(0, len(ids), 1000):
             await redis_client.xclaim(
                 self.stream,

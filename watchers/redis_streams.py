@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 import structlog
@@ -17,8 +16,8 @@ from triggerer.backoff import Backoff
 from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers.clients import require
-from watchers.filters import PayloadFilter, lookup, parse_path
-from watchers.payloads import decode_body, import_callable
+from watchers.payloads import decode_body
+from watchers.processing import Processing, check_range
 from watchers.redis_address import (
     DEFAULT_REDIS_PORT,
     RedisAddress,
@@ -90,6 +89,7 @@ class RedisStreamTrigger(BaseEventTrigger):
     acked: int = dataclasses.field(default=0, init=False)
     lost: int = dataclasses.field(default=0, init=False)
 
+    _processing: Processing = dataclasses.field(init=False)
     _reader: StreamGroupReader = dataclasses.field(init=False)
 
     shareable = True
@@ -108,25 +108,13 @@ class RedisStreamTrigger(BaseEventTrigger):
             )
         if not isinstance(self.body_field, str) or not self.body_field:
             raise ValueError(f"RedisStreamTrigger body_field={self.body_field!r} must be a name")
-        for name, low in (
-            ("max_deliveries", 1),
-            ("min_idle_ms", 1),
-            ("block_ms", 1),
-            ("batch_size", 1),
-            ("max_in_flight", 1),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"RedisStreamTrigger {name}={value!r} must be an integer >= {low}")
-        if self.filter is not None:
-            PayloadFilter.from_option(self.filter)
-        if self.partition_key_path is not None:
-            parse_path(self.partition_key_path)
-        if self.apply_function is not None and "." not in self.apply_function:
-            raise ValueError(
-                f"apply_function={self.apply_function!r} must be a dotted path "
-                "'package.module.function'"
-            )
+        for name in ("max_deliveries", "min_idle_ms", "block_ms", "batch_size", "max_in_flight"):
+            check_range(name, getattr(self, name), 1)
+        self._processing = Processing.of_options(
+            filter=self.filter,
+            apply_function=self.apply_function,
+            partition_key_path=self.partition_key_path,
+        )
         self._reader = StreamGroupReader(
             address=self.address,
             stream=self.stream,
@@ -176,14 +164,7 @@ class RedisStreamTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's client, when the daemon restarts this trigger
-        apply = None
-        if self.apply_function is not None:
-            apply = import_callable(self.apply_function, option="apply_function")
-            if inspect.iscoroutinefunction(apply):
-                raise ValueError(
-                    f"apply_function={self.apply_function!r} must be a plain function, not async"
-                )
-        payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        self._processing.load()
         response_error = require("redis.exceptions", "redis").ResponseError
         transient = transient_errors()
         reader = self._reader
@@ -220,9 +201,8 @@ class RedisStreamTrigger(BaseEventTrigger):
                 log.info("redis_stream_reconnected", stream=self.stream, attempts=backoff.attempt)
                 backoff = Backoff(max_s=BACKOFF_MAX_S)
             for entry_id, fields, delivered in entries:
-                event = self._handle(entry_id, fields, delivered, apply, payload_filter)
+                event = self._handle(entry_id, fields, delivered)
                 if event is not None:
-                    reader.yielded(entry_id)
                     yield event
 
     async def cleanup(self) -> None:
@@ -233,12 +213,7 @@ class RedisStreamTrigger(BaseEventTrigger):
     # -- handling one entry
 
     def _handle(
-        self,
-        entry_id: str,
-        fields: dict[bytes, bytes],
-        delivered: int,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
+        self, entry_id: str, fields: dict[bytes, bytes], delivered: int
     ) -> TriggerEvent | None:
         """The event of an entry, or its dead letter; ``None`` once it is filtered (and
         acknowledged) or failed (left pending, to be claimed again)."""
@@ -256,7 +231,7 @@ class RedisStreamTrigger(BaseEventTrigger):
                 f"{self.max_deliveries}, without its event being stored",
             )
         try:
-            event = self._event(payload, key, ack, sent_at, apply, payload_filter)
+            prepared = self._processing.prepare(payload)
         # Processing runs user code (apply_function) that may raise anything: the entry stays
         # pending, to be claimed and tried again, and the watcher carries on.
         except Exception as error:  # noqa: BLE001
@@ -278,13 +253,18 @@ class RedisStreamTrigger(BaseEventTrigger):
                 retry_in_ms=self.min_idle_ms,
                 error=reason,
             )
+            self._reader.released(entry_id)
             return None
-        if event is None:
+        if prepared is None:
             self.filtered += 1
             self._reader.skipped(entry_id)
             return None
         self.events += 1
-        return event
+        result, partition_key = prepared
+        # prepare() checked what an apply_function returned: the rest is decoded JSON.
+        return TriggerEvent.of_decoded_json(
+            result, dedup_key=key, ack=ack, partition_key=partition_key, sent_at=sent_at
+        )
 
     def _dead_letter(
         self, payload: dict[str, Any], key: str, ack: EntryAck, reason: str
@@ -292,37 +272,6 @@ class RedisStreamTrigger(BaseEventTrigger):
         self.dead_lettered += 1
         log.warning("redis_stream_entry_dead_lettered", dedup_key=key, reason=reason)
         return TriggerEvent.of_decoded_json(payload, dedup_key=key, ack=ack, dead_letter=reason)
-
-    def _event(
-        self,
-        payload: Any,
-        key: str,
-        ack: EntryAck,
-        sent_at: float,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
-        if payload_filter is not None and not payload_filter.matches(payload):
-            return None
-        make_event = TriggerEvent.of_decoded_json
-        if apply is not None:
-            payload = apply(payload)
-            if payload is None:
-                return None
-            make_event = TriggerEvent  # checks that what the function returned is JSON
-        partition_key = None
-        if self.partition_key_path is not None:
-            value = lookup(payload, self.partition_key_path)
-            if isinstance(value, str | int) and not isinstance(value, bool):
-                partition_key = str(value)
-            else:
-                raise ValueError(
-                    f"partition_key_path {self.partition_key_path!r} does not lead to a text "
-                    "or integer value"
-                )
-        return make_event(
-            payload, dedup_key=key, ack=ack, partition_key=partition_key, sent_at=sent_at
-        )
 
 
 def entry_payload(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import calendar
 from typing import Any
 
 import pytest
+from google.pubsub_v1.types import PubsubMessage
 
 from watchers import MessageQueueTrigger, PubSubTrigger
 from watchers.pubsub import parse_pubsub_uri
+from watchers.pubsub_puller import dedup_key
 
 
 def test_a_uri_names_the_project_and_the_subscription() -> None:
@@ -84,3 +87,22 @@ def test_a_redelivery_is_the_same_message_though_its_attempt_counts_up() -> None
     stored = {"message_id": "1", "body": {"a": 1}, "delivery_attempt": 1}
     assert trigger.same_message(stored, {**stored, "delivery_attempt": 2})
     assert not trigger.same_message(stored, {**stored, "body": {"a": 2}})
+
+
+def _message(message_id: str, seconds: int, nanos: int) -> Any:
+    return PubsubMessage.pb()(
+        message_id=message_id, publish_time={"seconds": seconds, "nanos": nanos}
+    )
+
+
+def test_the_dedup_key_names_the_message_and_its_publish_time() -> None:
+    published = calendar.timegm((2026, 1, 2, 3, 4, 5))
+    key = dedup_key("orders", _message("7", published, 678_000_001))
+    assert key == "orders/7@2026-01-02T03:04:05.678000001Z"
+    # All nine digits, always: one text for one instant.
+    assert dedup_key("orders", _message("7", published, 0)) == (
+        "orders/7@2026-01-02T03:04:05.000000000Z"
+    )
+    # The emulator restarted numbers its messages from 1 again: the publish time tells them apart.
+    later = _message("7", published + 60, 678_000_001)
+    assert dedup_key("orders", later) != key

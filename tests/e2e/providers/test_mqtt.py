@@ -48,7 +48,7 @@ class Mosquitto(Broker):
         return [
             (f"mqtt://127.0.0.1:{self.port}/sensors/#", "write the topic wildcard '#' as %23"),
             (f"mqtt://127.0.0.1:{self.port}/a+/b", "may hold '+' only as a whole level"),
-            ("mqtt://user:secret@127.0.0.1/a", "mqtt://user:***@127.0.0.1/a"),
+            ("mqtt://user:secret@127.0.0.1/a", "mqtt://***@127.0.0.1/a"),  # credentials hidden
         ]
 
 

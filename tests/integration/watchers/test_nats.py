@@ -14,11 +14,14 @@ import anyio
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig
+from structlog.testing import capture_logs
 
 from tests.fixtures.nats import SHARED_NATS, create_stream
 from triggerer.triggers import TriggerEvent
 from watchers import nats_client
 from watchers.nats import PROVIDER, NatsTrigger
+from watchers.nats_in_flight import IN_PROGRESS, InFlight
 from watchers.nats_pull import Pull, PullEnded
 
 if TYPE_CHECKING:
@@ -161,6 +164,55 @@ async def test_in_progress_holds_a_message_past_ack_wait(make_nats_stream: MakeS
         await event.ack()
 
 
+async def test_a_failed_in_progress_mark_is_logged_and_marking_goes_on(
+    make_nats_stream: MakeStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = await make_nats_stream()
+    await send(stream, '"held"')
+    async with client() as connection:
+        jetstream = connection.jetstream()
+        await jetstream.add_consumer(
+            stream,
+            ConsumerConfig(durable_name="held", ack_policy=AckPolicy.EXPLICIT, ack_wait=1),
+        )
+        pull = await jetstream.pull_subscribe_bind(durable="held", stream=stream)
+        [message] = await pull.fetch(1, timeout=5)
+        publish = connection.publish
+        marks = 0
+
+        async def first_mark_fails(subject: str, payload: bytes, *more: Any, **named: Any) -> None:
+            nonlocal marks
+            if payload == IN_PROGRESS:
+                marks += 1
+                if marks == 1:
+                    raise nats.errors.OutboundBufferLimitError
+            await publish(subject, payload, *more, **named)
+
+        monkeypatch.setattr(connection, "publish", first_mark_fails)
+        in_flight = InFlight(ack_wait_s=1, limit=10)
+        ack = in_flight.received(message.metadata.sequence.stream, message.reply)
+        with capture_logs() as logs:
+            in_flight.connected(connection, name="test-in-progress")
+            try:
+                await anyio.sleep(3.5)  # three ack waits
+                with pytest.raises(TimeoutError):
+                    await pull.fetch(1, timeout=1)  # not delivered again: still in progress
+                await ack()
+            finally:
+                await in_flight.disconnected()
+
+        async def acked() -> bool:
+            info = await jetstream.consumer_info(stream, "held")
+            assert info.num_redelivered == 0
+            return bool(info.num_ack_pending == 0)
+
+        await until(acked)
+    assert marks >= 5
+    [failure] = [entry for entry in logs if entry["event"] == "nats_in_progress_failed"]
+    assert failure["messages"] == 1
+    assert "OutboundBufferLimitError" in failure["error"]
+
+
 async def test_a_failing_message_is_dead_lettered_at_max_deliveries(
     make_nats_stream: MakeStream,
 ) -> None:
@@ -186,29 +238,81 @@ async def test_a_failing_message_is_dead_lettered_at_max_deliveries(
     assert trigger.dead_lettered == 1
 
 
-async def test_what_the_server_gave_up_on_is_dead_lettered(make_nats_stream: MakeStream) -> None:
+async def test_a_message_delivered_past_max_deliveries_is_dead_lettered_unprocessed(
+    make_nats_stream: MakeStream,
+) -> None:
+    """The daemon killed during each delivery (by the message itself, maybe): the server keeps
+    delivering it though nobody listens when its last ack wait runs out, and the delivery past
+    ``max_deliveries`` is a dead letter, its apply_function not run again."""
     stream = await make_nats_stream()
-    trigger = trigger_of(stream, max_deliveries=2, ack_wait_s=1)
+    trigger = trigger_of(
+        stream, max_deliveries=2, ack_wait_s=1, apply_function=f"{__name__}.refuse_poison"
+    )
     async with running(trigger) as events:
         # The durable exists once the trigger reads; nothing to read yet.
         with anyio.move_on_after(1):
             await anext(events)
-    await send(stream, '{"n": 1}')
-    # Another reader of the durable takes the message twice and never acks (a crashed daemon).
+    assert (await consumer(stream, trigger.durable_name)).config.max_deliver == -1
+    await send(stream, "poison")
+    # Another reader of the durable takes the message twice and never acks (a killed daemon),
+    # then nobody reads it for longer than the ack wait.
     async with client() as connection:
         pull = await connection.jetstream().pull_subscribe_bind(
             durable=trigger.durable_name, stream=stream
         )
-        for _ in range(2):
+        for delivery in (1, 2):
             [message] = await pull.fetch(1, timeout=5)
-            assert message.metadata.num_delivered in (1, 2)
+            assert message.metadata.num_delivered == delivery
             await anyio.sleep(1.3)
+    await anyio.sleep(2)
     async with running(trigger) as events:
         [letter] = await take(events, 1)
+        assert letter.ack is not None
+        await letter.ack()
+
+        async def none_pending() -> bool:
+            info = await consumer(stream, trigger.durable_name)
+            return bool(info.num_ack_pending == info.num_pending == 0)
+
+        await until(none_pending)
     assert letter.dedup_key == await key_of(stream, 1)
-    assert letter.payload["body"] == {"n": 1}
-    assert letter.dead_letter is not None
-    assert "stopped delivering it after 2 deliveries" in letter.dead_letter
+    assert letter.payload["body"] == "poison"
+    assert letter.dead_letter == (
+        "delivered 3 times, more than max_deliveries=2, without its event being stored"
+    )
+    assert trigger.failed == 0  # refuse_poison was not run on it
+
+
+async def test_a_durable_of_an_earlier_version_is_updated_to_unlimited_deliveries(
+    make_nats_stream: MakeStream,
+) -> None:
+    """Durables made before had ``max_deliver=max_deliveries``: the server would give up on a
+    message by itself. The trigger updates them in place, keeping their place."""
+    stream = await make_nats_stream()
+    await send(stream, '"acked before"', '"after"')
+    trigger = trigger_of(stream)
+    async with client() as connection:
+        jetstream = connection.jetstream()
+        made = await jetstream.add_consumer(
+            stream,
+            ConsumerConfig(
+                durable_name=trigger.durable_name,
+                filter_subject=f"{stream}.>",
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=30,
+                max_deliver=5,
+                max_ack_pending=5000,
+            ),
+        )
+        pull = await jetstream.pull_subscribe_bind(durable=trigger.durable_name, stream=stream)
+        [message] = await pull.fetch(1, timeout=5)
+        await message.ack_sync()
+    async with running(trigger) as events:
+        [event] = await take(events, 1)
+        assert event.payload["body"] == "after"
+        info = await consumer(stream, trigger.durable_name)
+        assert info.config.max_deliver == -1
+        assert info.created == made.created  # the same durable, not one made again
 
 
 async def test_filtered_messages_are_acked(make_nats_stream: MakeStream) -> None:

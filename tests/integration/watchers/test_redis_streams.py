@@ -139,6 +139,62 @@ async def test_an_unacked_entry_is_claimed_again_with_its_dedup_key(
     assert any(entry["event"] == "redis_stream_entries_claimed" for entry in logs)
 
 
+async def test_a_consumer_held_at_a_yield_keeps_its_entries(
+    shared_redis: redis.asyncio.Redis, make_stream: MakeStream
+) -> None:
+    """The daemon's backpressure holds the trigger at a ``yield`` (the supervisor's send
+    waits) for longer than ``min_idle_ms``: its entries, the one yielded and the rest of its
+    batch, are kept fresh by the reader's own task, so another consumer of the group claims
+    none of them and none counts a second delivery."""
+    stream = await make_stream()
+    await send(uri(stream), ["a", "b", "c"])
+    source = trigger(stream, min_idle_ms=1_000)
+    group = source.consumer_group
+    async with running(source) as events:
+        [first] = await take(events, 1)  # held here: "b" and "c" wait in the batch read
+        for _ in range(6):  # three times min_idle_ms
+            await anyio.sleep(0.5)
+            claimed = await shared_redis.xautoclaim(  # with justid: the ids claimed
+                stream, group, "another-daemon", 1_000, justid=True
+            )
+            assert claimed == []
+        rows = await shared_redis.xpending_range(stream, group, "-", "+", 10)
+        assert [row["consumer"].decode() for row in rows] == [source._reader.consumer] * 3
+        assert [row["times_delivered"] for row in rows] == [1, 1, 1]
+        rest = await take(events, 2)
+        for event in [first, *rest]:
+            assert event.ack is not None
+            await event.ack()
+    assert [event.payload["body"] for event in [first, *rest]] == ["a", "b", "c"]
+    assert await pending(shared_redis, stream, group) == 0
+
+
+async def test_a_failed_entry_is_not_kept_fresh(
+    shared_redis: redis.asyncio.Redis, make_stream: MakeStream
+) -> None:
+    """An entry whose processing raised is released: it goes idle, and whichever consumer of
+    the group looks after ``min_idle_ms`` claims it (here another one)."""
+    stream = await make_stream()
+    await send(uri(stream), ["poison", "fine"])
+    source = trigger(stream, min_idle_ms=300, apply_function=f"{__name__}.refuse_poison")
+    group = source.consumer_group
+    async with running(source) as events:
+        [fine] = await take(events, 1)
+        assert fine.payload["body"] == "fine"
+        with anyio.fail_after(10):
+            while True:
+                claimed = await shared_redis.xautoclaim(
+                    stream, group, "another-daemon", 300, justid=True
+                )
+                if claimed:
+                    break
+                await anyio.sleep(0.1)
+    [claimed_id] = claimed
+    [row] = await shared_redis.xpending_range(stream, group, "-", "+", 10, "another-daemon")
+    assert row["message_id"] == claimed_id
+    assert source.failed == 1
+
+
 async def test_an_entry_failing_max_deliveries_times_is_a_dead_letter(
     shared_redis: redis.asyncio.Redis, make_stream: MakeStream
 ) -> None:

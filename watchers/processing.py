@@ -1,0 +1,119 @@
+"""What the queue triggers do to a message's payload before it becomes an event (``filter``,
+``apply_function``, ``partition_key_path``), and the check of their integer options."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from triggerer.triggers import check_json
+from watchers.filters import PayloadFilter, lookup, parse_path
+from watchers.payloads import import_callable
+
+Prepared = tuple[Any, str | None] | None
+"""A payload and its partition key, ready for an event; ``None`` when the message is dropped."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Processing:
+    """A trigger's steps from a message's payload to its event's payload and partition key.
+
+    ``filter`` is checked on the payload; then ``apply_function``, the dotted path of a plain
+    function, may replace it (``None`` drops the message, anything else must be JSON); then
+    ``partition_key_path`` picks the partition key (text or integer) from what is left.
+    ``option`` names the function's option in messages (SQS calls it ``transform``).
+
+    The function is imported on first use: a trigger calls :meth:`load` when it starts to run,
+    so that a path that does not import is the watcher's error, not each message's.
+    """
+
+    filter: PayloadFilter | None = None
+    apply_function: str | None = None
+    partition_key_path: str | None = None
+    option: str = "apply_function"
+
+    def __post_init__(self) -> None:
+        if self.apply_function is not None and not (
+            isinstance(self.apply_function, str) and "." in self.apply_function.strip(".")
+        ):
+            raise ValueError(
+                f"{self.option}={self.apply_function!r} must be a dotted path "
+                "'package.module.function'"
+            )
+        if self.partition_key_path is not None:
+            parse_path(self.partition_key_path)
+
+    @classmethod
+    def of_options(
+        cls,
+        *,
+        filter: dict[str, Any] | None,
+        apply_function: str | None,
+        partition_key_path: str | None,
+        option: str = "apply_function",
+    ) -> Processing:
+        """From a trigger's options, checked: a bad one is a ``ValueError`` naming it."""
+        return cls(
+            filter=None if filter is None else PayloadFilter.from_option(filter),
+            apply_function=apply_function,
+            partition_key_path=partition_key_path,
+            option=option,
+        )
+
+    def load(self) -> None:
+        """Import ``apply_function`` now: ``ImportError`` when it does not import, ``TypeError``
+        when it is not callable, ``ValueError`` when it is async."""
+        self._function  # noqa: B018 - the cached import is the point
+
+    def prepare(self, payload: Any) -> Prepared:
+        """The event's payload and partition key of ``payload``; ``None`` when dropped. Raises
+        what the function raises, a ``TypeError`` when it returns what is not JSON, and a
+        ``ValueError`` when the partition key path leads to no text or integer."""
+        if self.filter is not None and not self.filter.matches(payload):
+            return None
+        function = self._function
+        if function is not None:
+            payload = function(payload)
+            if payload is None:
+                return None
+            check_json(payload, f"{self.option} result")
+        return payload, self.partition_key(payload)
+
+    def partition_key(self, payload: Any) -> str | None:
+        """The text or integer at ``partition_key_path`` in ``payload``, as text."""
+        path = self.partition_key_path
+        if path is None:
+            return None
+        value = lookup(payload, path)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"partition_key_path {path!r} does not lead to a text or integer value")
+
+    @functools.cached_property
+    def _function(self) -> Callable[[Any], Any] | None:
+        if self.apply_function is None:
+            return None
+        function = import_callable(self.apply_function, option=self.option)
+        if inspect.iscoroutinefunction(function):
+            raise ValueError(
+                f"{self.option}={self.apply_function!r} must be a plain function, not async"
+            )
+        return function
+
+
+def check_range(option: str, value: object, low: int, high: int | None = None) -> None:
+    """A ``ValueError`` naming ``option`` unless ``value`` is an integer from ``low`` to
+    ``high`` (no upper bound when ``None``); booleans are not integers here."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f">= {low}" if high is None else f"from {low} to {high}"
+        raise ValueError(f"{option}={value!r} must be an integer {bounds}")
