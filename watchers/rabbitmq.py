@@ -2,8 +2,10 @@
 post rabbitmq`` and the provider.
 
 The consumer that reads a queue (shared by the queue's watchers in the daemon, reconnecting
-after a broker restart) lives in :mod:`watchers.rabbitmq_consumer`. The client, aio-pika (the
-``rabbitmq`` extra), is imported when a trigger runs or a message is sent.
+after a broker restart) lives in :mod:`watchers.rabbitmq_consumer`; which of its readers has read
+which message, in :mod:`watchers.rabbitmq_readers`; connecting and declaring, in
+:mod:`watchers.rabbitmq_client`. The client, aio-pika (the ``rabbitmq`` extra), is imported when
+a trigger runs or a message is sent.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from watchers.clients import require
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import decode_body, import_callable
 from watchers.rabbitmq_address import checkpoint_key, parse_rabbitmq_uri
-from watchers.rabbitmq_consumer import Prepared, Reader, ReaderSpec, ReaderStats
+from watchers.rabbitmq_client import connect, declared
+from watchers.rabbitmq_readers import Prepared, Reader, ReaderSpec, ReaderStats
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
@@ -327,10 +330,10 @@ async def send(uri: str, bodies: Iterable[str], connection: str | None = None) -
     A queue that does not exist is a ``LookupError`` naming it."""
     aio_pika = require("aio_pika", "rabbitmq")
     queue = parse_rabbitmq_uri(uri)
-    opened = await rabbitmq_consumer.connect(queue, connection)
+    opened = await connect(queue, connection)
     async with opened:
         channel = await opened.channel(publisher_confirms=True)
-        await rabbitmq_consumer.declared(channel, queue)
+        await declared(channel, queue)
         sent = []
         for body in bodies:
             message_id = str(uuid.uuid4())
