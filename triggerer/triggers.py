@@ -45,6 +45,11 @@ class TriggerEvent:
     starts again. ``key`` names the place read (``kinesis/<stream>/<reader>/<shard>``), at most
     1,500 characters; ``position`` is a non-negative decimal integer as text, of any length
     (a Kinesis sequence number), and a stored position never moves back.
+
+    :meth:`checkpoint_only` makes one that carries a checkpoint and nothing else
+    (:attr:`is_checkpoint_only`): the daemon stores its position like any other, and it never
+    becomes an event or a dead letter. A trigger yields one to move its place past messages
+    that make no event (all filtered out), or to keep a place of its own (when it started).
     """
 
     payload: Any
@@ -54,6 +59,7 @@ class TriggerEvent:
     sent_at: float | None = dataclasses.field(default=None, kw_only=True)
     dead_letter: str | None = dataclasses.field(default=None, kw_only=True)
     checkpoint: tuple[str, str] | None = dataclasses.field(default=None, kw_only=True)
+    is_checkpoint_only: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self) -> None:
         check_json(self.payload, "TriggerEvent payload")
@@ -86,6 +92,15 @@ class TriggerEvent:
         set_field(event, "sent_at", sent_at)
         set_field(event, "dead_letter", dead_letter)
         set_field(event, "checkpoint", checkpoint)
+        set_field(event, "is_checkpoint_only", False)
+        return event
+
+    @classmethod
+    def checkpoint_only(cls, key: str, position: str) -> TriggerEvent:
+        """Not an event: only the checkpoint ``(key, position)``, stored by the daemon in a
+        batch's transaction as an event's would be (no payload, no ack)."""
+        event = cls(None, checkpoint=(key, position))
+        object.__setattr__(event, "is_checkpoint_only", True)  # not an argument of __init__
         return event
 
 

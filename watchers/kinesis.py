@@ -15,6 +15,7 @@ import hashlib
 import inspect
 import json
 import re
+import time
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -43,6 +44,8 @@ MAX_RECORDS_PER_PUT = 500
 _PUT_ATTEMPTS = 8
 DEFAULT_APPLICATION = "triggerer"
 """The name a trigger run on its own reads as (in the daemon: one derived from its watcher)."""
+STARTED = "@started"
+"""The key (after the trigger's prefix) of when it first started, in epoch milliseconds."""
 
 
 def parse_kinesis_uri(uri: str) -> tuple[str, str | None, str | None]:
@@ -112,9 +115,11 @@ class KinesisTrigger(BaseEventTrigger):
     in all, then becomes a dead letter (Kinesis has no dead-letter queue) and the shard goes on.
 
     Kinesis has no ack: each event carries its shard's position, which the daemon stores with
-    it; a watcher starting again reads each shard after its stored position (a shard without
-    one from its start), or on a first start from ``start`` (``TRIM_HORIZON``, the oldest
-    record kept, or ``LATEST``). Positions are kept under ``application_name``, by default
+    it (records filtered out move it too, by a checkpoint alone at the end of their read); a
+    watcher starting again reads each shard after its stored position, or on a first start
+    from ``start`` (``TRIM_HORIZON``, the oldest record kept, or ``LATEST``). A shard without
+    a position on a later start is read from its start, or with ``LATEST`` from the time of the
+    first start, which is stored too. Positions are kept under ``application_name``, by default
     derived from the watcher (:meth:`for_watcher`); ``reads_as`` shows it. Resharding is
     followed (a parent read to its end before its children), as are expired iterators and
     throttling. Credentials, region and endpoint may come from the named ``connection``.
@@ -226,6 +231,11 @@ class KinesisTrigger(BaseEventTrigger):
                 for key, position in stored.items()
                 if "/" not in key.removeprefix(prefix)
             }
+            started_at = positions.pop(STARTED, None)
+            if started_at is None:
+                # Taken before any iterator: a LATEST one starts after it.
+                now_ms = str(time.time_ns() // 1_000_000)
+                yield TriggerEvent.checkpoint_only(prefix + STARTED, now_ms)
             reader = ShardReader(
                 client,
                 self.stream,
@@ -234,6 +244,7 @@ class KinesisTrigger(BaseEventTrigger):
                 limit=self.limit,
                 idle_s=self.poll_interval_s,
                 relist_interval_s=self.shard_sync_interval_s,
+                started_at_ms=None if started_at is None else int(started_at),
             )
             self._millis_behind = reader.millis_behind
             reader.on_answer = self.polled
@@ -244,11 +255,16 @@ class KinesisTrigger(BaseEventTrigger):
                 stored_positions=len(positions),
             )
             async for shard_id, records in reader.records():
+                event = None
                 for record in records:
                     self.records += 1
                     event = await self._event(record, shard_id, prefix + shard_id)
                     if event is not None:
                         yield event
+                if event is None:  # the read ends with records filtered out: past them too
+                    yield TriggerEvent.checkpoint_only(
+                        prefix + shard_id, records[-1]["SequenceNumber"]
+                    )
         finally:
             await client.aclose()
 

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import anyio
@@ -130,8 +131,10 @@ class Shard:
     parents: tuple[str, ...] = ()
     #: The last sequence number read (or stored); the next iterator starts after it.
     after: str | None = None
-    #: Where an iterator starts when nothing was read yet: TRIM_HORIZON or LATEST.
+    #: Where an iterator starts when nothing was read yet: TRIM_HORIZON, LATEST or
+    #: AT_TIMESTAMP (then at ``at_ms``, epoch milliseconds).
     start: str = "TRIM_HORIZON"
+    at_ms: int | None = None
     iterator: str | None = None
     #: Read to its end (closed by a reshard, its last iterator answered).
     finished: bool = False
@@ -143,9 +146,12 @@ class ShardReader:
     """The records of every shard of ``stream``, a ``GetRecords`` answer at a time.
 
     ``positions`` are the sequence numbers read up to before, by shard id: those shards read on
-    after them. On a first start (no positions) the open shards start at ``start`` (with
-    LATEST, the closed ones are skipped); every other shard, a child found by a reshard
-    included, is read from its start (TRIM_HORIZON).
+    after them. ``started_at_ms`` is when the reader first started (epoch milliseconds), unknown
+    (``None``) on that first start. On a first start (no positions, no ``started_at_ms``) the
+    open shards start at ``start`` (with LATEST, the closed ones are skipped). Every other shard
+    without a position, a child found by a reshard included, is read from its start
+    (TRIM_HORIZON); with ``start`` LATEST, from ``started_at_ms`` on (AT_TIMESTAMP), so what
+    came while the reader was stopped is read, and nothing from before its first start.
     """
 
     def __init__(
@@ -158,6 +164,7 @@ class ShardReader:
         limit: int,
         idle_s: float,
         relist_interval_s: float,
+        started_at_ms: int | None = None,
         list_page_size: int = 1000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -165,6 +172,7 @@ class ShardReader:
         self._stream = stream
         self._positions = dict(positions)
         self._start = start
+        self._started_at_ms = started_at_ms
         self._limit = limit
         self._idle_s = idle_s
         self._relist_interval_s = relist_interval_s
@@ -245,10 +253,12 @@ class ShardReader:
 
     def _add(self, shard_id: str, parents: tuple[str, ...], *, first: bool, closed: bool) -> None:
         shard = Shard(shard_id, parents, after=self._positions.get(shard_id))
-        if first and not self._positions:
+        if first and not self._positions and self._started_at_ms is None:
             shard.start = self._start
             # Nothing new comes to a closed shard: reading from the latest is reading nothing.
             shard.finished = closed and self._start == "LATEST"
+        elif self._start == "LATEST" and self._started_at_ms is not None:
+            shard.start, shard.at_ms = "AT_TIMESTAMP", self._started_at_ms
         self.shards[shard_id] = shard
         log.debug("kinesis_shard_found", stream=self._stream, shard=shard_id, parents=parents)
 
@@ -323,6 +333,8 @@ class ShardReader:
             }
         else:
             arguments["ShardIteratorType"] = shard.start
+            if shard.at_ms is not None:
+                arguments["Timestamp"] = datetime.fromtimestamp(shard.at_ms / 1000, tz=UTC)
         try:
             answer = await self._calls.call("get_shard_iterator", **arguments)
         except ClientError as error:

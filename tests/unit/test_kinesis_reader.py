@@ -86,6 +86,9 @@ class FakeKinesis:
             index = sum(1 for number in shard.records if int(number) <= int(after))
         elif kind == "TRIM_HORIZON":
             index = 0
+        elif kind == "AT_TIMESTAMP":  # here a record arrived at its number, in milliseconds
+            at_ms = arguments["Timestamp"].timestamp() * 1000
+            index = sum(1 for number in shard.records if int(number) < at_ms)
         else:
             assert kind == "LATEST"
             index = len(shard.records)
@@ -118,7 +121,10 @@ class FakeKinesis:
 
 
 def reader(
-    fake: FakeKinesis, positions: dict[str, str] | None = None, start: str = "TRIM_HORIZON"
+    fake: FakeKinesis,
+    positions: dict[str, str] | None = None,
+    start: str = "TRIM_HORIZON",
+    started_at_ms: int | None = None,
 ) -> ShardReader:
     return ShardReader(
         fake,
@@ -128,6 +134,7 @@ def reader(
         limit=2,
         idle_s=0.01,
         relist_interval_s=3600,
+        started_at_ms=started_at_ms,
         list_page_size=2,
     )
 
@@ -228,6 +235,42 @@ async def test_latest_on_a_first_start_skips_what_is_there_and_closed_shards() -
     assert await shard_reader.read(child) == []
     fake.shards[S(1)].records.append("6")
     assert [record["SequenceNumber"] for record in await shard_reader.read(child)] == ["6"]
+
+
+async def test_latest_later_reads_a_shard_without_position_from_the_first_start() -> None:
+    """Shard 1 had no record since the first start (at 5 ms): what came to it while the reader
+    was stopped is read, what was there before the first start is not."""
+    fake = FakeKinesis(
+        {S(0): FakeShard(["1", "2", "6", "7"]), S(1): FakeShard(["3", "4", "8", "9"])}
+    )
+    got = await read(reader(fake, {S(0): "6"}, start="LATEST", started_at_ms=5), 3)
+    assert sorted(got) == [(S(0), "7"), (S(1), "8"), (S(1), "9")]
+    iterators = {
+        arguments["ShardId"]: arguments
+        for operation, arguments in fake.calls
+        if operation == "get_shard_iterator"
+    }
+    assert iterators[S(1)]["ShardIteratorType"] == "AT_TIMESTAMP"
+    assert iterators[S(1)]["Timestamp"].timestamp() == 0.005
+
+
+async def test_latest_with_no_position_but_a_first_start_reads_what_came_after_it() -> None:
+    """A quiet stream (or one whose every record was filtered out before a position was
+    stored): a restart reads what came while the reader was stopped, not from LATEST again."""
+    fake = FakeKinesis(
+        {
+            S(0): FakeShard(["1", "6"], children=(S(1),), closed=True),
+            S(1): FakeShard(["7"], parents=(S(0),)),
+        }
+    )
+    got = await read(reader(fake, start="LATEST", started_at_ms=5), 2)
+    assert got == [(S(0), "6"), (S(1), "7")]
+
+
+async def test_trim_horizon_reads_a_shard_without_position_from_its_start_whenever() -> None:
+    fake = FakeKinesis({S(0): FakeShard(["1", "6"])})
+    got = await read(reader(fake, start="TRIM_HORIZON", started_at_ms=5), 2)
+    assert got == [(S(0), "1"), (S(0), "6")]
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,23 @@ def test_event_of_decoded_json_equals_the_checked_event() -> None:
         event.payload = {}  # type: ignore[misc]  # frozen like any event
 
 
+def test_a_checkpoint_alone_is_made_only_by_its_classmethod_and_is_checked() -> None:
+    alone = TriggerEvent.checkpoint_only("kinesis/s/app/shardId-0", "42")
+    assert alone.is_checkpoint_only
+    assert (alone.checkpoint, alone.payload, alone.ack, alone.dedup_key) == (
+        ("kinesis/s/app/shardId-0", "42"),
+        None,
+        None,
+        None,
+    )
+    assert not TriggerEvent({"a": 1}, checkpoint=("k", "1")).is_checkpoint_only
+    assert not TriggerEvent.of_decoded_json({"a": 1}).is_checkpoint_only
+    with pytest.raises(ValueError, match="must be \\(key, position\\)"):
+        TriggerEvent.checkpoint_only("k", "x")
+    with pytest.raises(TypeError):
+        TriggerEvent(None, is_checkpoint_only=True)  # type: ignore[call-arg]
+
+
 def test_trigger_event_ack_does_not_affect_equality() -> None:
     async def ack() -> None:
         return None

@@ -17,16 +17,33 @@ cannot show is a Kinesis that comes back having lost data, which the real one do
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
 import socket
 import threading
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
+import anyio
 import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from tests.e2e.providers.contract import Broker, PrivateBroker, ProviderContract, Source
+from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
+from tests.e2e.providers.contract import (
+    Broker,
+    PrivateBroker,
+    ProviderContract,
+    Source,
+    daemon,
+    numbers,
+    send_numbered,
+    watching,
+)
 from tests.fixtures.kinesis import create_stream
+from triggerer.service.store.models import SourceCheckpoint
 from watchers.kinesis import send
 
 
@@ -157,3 +174,38 @@ def private_broker(moto_server: str) -> Iterator[PrivateBroker]:
 
 class TestKinesisContract(ProviderContract):
     """The contract on Kinesis (moto)."""
+
+
+async def _first_starts(session: AsyncSession) -> list[str]:
+    keys = await session.scalars(
+        select(SourceCheckpoint.key).where(SourceCheckpoint.key.endswith("/@started"))
+    )
+    return list(keys)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_latest_on_a_quiet_stream_reads_after_a_kill_9_what_came_while_down(
+    moto_server: str, tmp_path: Path, database_url: str
+) -> None:
+    """No event ever moved a position before the kill: the first start, stored when the
+    watcher started, is where the restarted watcher reads the shards from."""
+    source = await MotoKinesis(moto_server).source()
+    await source.send([json.dumps({"i": -1})])  # before the first start: never read
+    write_pipelines(tmp_path / "pipelines", watching(source, start="LATEST"))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        await process.wait_logged("pipelines_loaded")
+        await wait_for(database_url, _first_starts, bool, timeout_s=60)
+        process.signal(signal.SIGKILL)
+        assert await process.wait(30) == -signal.SIGKILL
+        await send_numbered(source, 0, 20, batch=5)  # while the daemon is down
+        process.start()
+        await wait_for(
+            database_url, lambda s: event_count(s, "stream"), lambda n: n >= 20, timeout_s=120
+        )
+        await anyio.sleep(1)  # a record from before the first start would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert numbers(events) == list(range(20))

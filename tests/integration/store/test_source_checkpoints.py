@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -15,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer import checkpoints
 from triggerer.service import checkpoints as stored_checkpoints
+from triggerer.service import events as events_module
 from triggerer.service.checkpoints import furthest, record_checkpoints, stored_positions
 from triggerer.service.daemon import ingest as ingest_module
 from triggerer.service.daemon.ingest import Delivery, Ingest
@@ -25,6 +27,9 @@ from triggerer.service.store import create_engine, session_factory, upgrade
 from triggerer.service.store.migrate import alembic_config
 from triggerer.service.store.models import AssetEvent, DeadLetter, SourceCheckpoint
 from triggerer.triggers import TriggerEvent
+
+if TYPE_CHECKING:
+    from triggerer.service.events import NewEvent, Recorded
 
 LONGEST = "9" * 129  # a Kinesis sequence number has up to 129 digits
 PIPELINES = """
@@ -207,3 +212,69 @@ async def test_a_batch_of_dead_letters_alone_moves_the_position(
         await ingest.run(receive)
     assert await _stored(sessions) == {KEY: "7"}
     assert ingest.dead_letters == 1
+
+
+async def _ingest(ingest: Ingest, deliveries: list[Delivery]) -> None:
+    send, receive = anyio.create_memory_object_stream[Delivery](len(deliveries))
+    with send:
+        for delivery in deliveries:
+            send.send_nowait(delivery)
+    with anyio.fail_after(30):
+        await ingest.run(receive)
+
+
+async def test_a_checkpoint_alone_moves_its_position_and_is_no_event(
+    migrated_engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """What a trigger yields for records it filtered out, or to keep when it first started."""
+    sessions = session_factory(migrated_engine)
+    watched = await _watched(sessions, tmp_path)
+    started = "kinesis/orders/app/@started"
+    alone = TriggerEvent.checkpoint_only(KEY, "3")
+    assert (alone.is_checkpoint_only, alone.payload, alone.ack) == (True, None, None)
+    ingest = Ingest(sessions, lambda _: None, batch_size=10)
+    await _ingest(
+        ingest,
+        [
+            (watched, TriggerEvent.checkpoint_only(started, "1764000000000")),
+            _delivery(watched, 1),
+            (watched, alone),
+        ],
+    )
+    assert await _stored(sessions) == {KEY: "3", started: "1764000000000"}
+    assert (ingest.events_recorded, ingest.dead_letters) == (1, 0)
+    # A batch of checkpoints alone.
+    ingest = Ingest(sessions, lambda _: None, batch_size=10)
+    await _ingest(ingest, [(watched, TriggerEvent.checkpoint_only(KEY, "5"))])
+    assert (await _stored(sessions))[KEY] == "5"
+    assert (ingest.events_recorded, ingest.dead_letters) == (0, 0)
+    async with sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(AssetEvent)) == 1
+        assert await session.scalar(select(func.count()).select_from(DeadLetter)) == 0
+
+
+async def test_after_a_batch_fails_the_next_of_its_key_stores_its_events_not_its_position(
+    migrated_engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two commits in flight: batch A (records 1-5) fails with an error that is not the
+    store's (a bug) once batch B (6-10), waiting for it, is formed. B stores its events but not
+    position 10: a watcher starting again must read 1-5 again."""
+    sessions = session_factory(migrated_engine)
+    watched = await _watched(sessions, tmp_path)
+
+    async def failing_for_a(session: AsyncSession, events: list[NewEvent]) -> Recorded:
+        if any(event.extra["payload"]["n"] <= 5 for event in events):
+            await anyio.sleep(0.5)  # batch B is formed meanwhile
+            raise RuntimeError("a bug in batch A")
+        return await events_module.record_events(session, events)
+
+    monkeypatch.setattr(ingest_module, "record_events", failing_for_a)
+    ingest = Ingest(sessions, lambda _: None, batch_size=5, commits_in_flight=2)
+    with pytest.raises(ExceptionGroup) as raised:
+        await _ingest(ingest, [_delivery(watched, n) for n in range(1, 11)])
+    assert raised.group_contains(RuntimeError, match="a bug in batch A")
+
+    assert await _stored(sessions) == {}
+    async with sessions() as session:
+        stored = set(await session.scalars(select(AssetEvent.dedup_key)))
+        assert stored == {f"orders/shardId-000000000000/{n}" for n in range(6, 11)}

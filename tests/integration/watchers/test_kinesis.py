@@ -12,7 +12,10 @@ fake client.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import itertools
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -58,15 +61,54 @@ async def running(trigger: KinesisTrigger) -> AsyncIterator[AsyncIterator[Trigge
         await trigger.cleanup()
 
 
-async def take(trigger: KinesisTrigger, count: int, timeout_s: float = 20) -> list[TriggerEvent]:
+async def take(
+    trigger: KinesisTrigger, count: int, timeout_s: float = 20, *, checkpoints_only: bool = False
+) -> list[TriggerEvent]:
+    """The first ``count`` events the trigger yields (or, with ``checkpoints_only``, the first
+    ``count`` of what it yields that carry only a checkpoint)."""
     taken: list[TriggerEvent] = []
     with anyio.fail_after(timeout_s):
         async with running(trigger) as events:
             async for event in events:
-                taken.append(event)
+                if event.is_checkpoint_only == checkpoints_only:
+                    taken.append(event)
                 if len(taken) == count:
                     break
     return taken
+
+
+async def next_event(events: AsyncIterator[TriggerEvent]) -> TriggerEvent:
+    """The next event, past what carries only a checkpoint."""
+    async for event in events:
+        if not event.is_checkpoint_only:
+            return event
+    raise AssertionError("the trigger ended")
+
+
+async def first_start(trigger: KinesisTrigger) -> tuple[str, str]:
+    """The checkpoint of its first start a trigger yields before anything else."""
+    async with running(trigger) as events:
+        with anyio.fail_after(20):
+            marker = await anext(events)
+    assert marker.is_checkpoint_only
+    assert marker.checkpoint is not None
+    return marker.checkpoint
+
+
+async def put_on(kinesis: Any, stream: str, shard: int, bodies: list[str]) -> list[str]:
+    """Put each of ``bodies`` on shard ``shard`` (0 or 1 of two); their sequence numbers."""
+    # Kinesis puts a record on the shard whose hash range holds its key's MD5: halves of two.
+    key = next(
+        key
+        for key in map(str, itertools.count())
+        if int(hashlib.md5(key.encode(), usedforsecurity=False).hexdigest(), 16) >> 127 == shard
+    )
+    numbers = []
+    for body in bodies:
+        answer = await kinesis.put_record(StreamName=stream, Data=body.encode(), PartitionKey=key)
+        assert answer["ShardId"] == f"shardId-{shard:012d}"
+        numbers.append(answer["SequenceNumber"])
+    return numbers
 
 
 @contextlib.contextmanager
@@ -168,8 +210,92 @@ async def test_start_latest_reads_only_what_comes_after_the_first_start(
 
         group.start_soon(later)
         with anyio.fail_after(20):
-            event = await anext(events)
+            event = await next_event(events)
     assert event.payload["body"] == {"order": 1}
+
+
+async def test_a_first_start_is_stored_and_a_latest_restart_reads_what_came_while_stopped(
+    kinesis_stream: MakeStream, moto_server: str
+) -> None:
+    """A quiet stream read from LATEST: no event ever moved a position, yet what was put while
+    the watcher was stopped is read when it starts again, and nothing from before it first
+    started."""
+    stream = await kinesis_stream(shards=1)
+    await send(uri(stream, moto_server), ['"before"'])
+    await anyio.sleep(0.05)
+    options: dict[str, Any] = {"endpoint_url": moto_server, "start": "LATEST"}
+    before_ms = time.time_ns() // 1_000_000
+    key, started_ms = await first_start(KinesisTrigger(stream=stream, **options))
+    assert key == f"kinesis/{stream}/triggerer/@started"
+    assert before_ms <= int(started_ms) <= time.time_ns() // 1_000_000
+
+    await anyio.sleep(0.05)
+    await send(uri(stream, moto_server), ['"while stopped 1"', '"while stopped 2"'])
+    with stored({key: started_ms}):
+        trigger = KinesisTrigger(stream=stream, poll_interval_s=0.1, **options)
+        async with running(trigger) as events:
+            with anyio.fail_after(20):
+                yielded = [await anext(events), await anext(events)]
+    # The first start is stored: not yielded again.
+    assert [e.payload["body"] for e in yielded] == ["while stopped 1", "while stopped 2"]
+
+
+async def test_a_latest_restart_reads_a_shard_without_position_from_the_first_start(
+    kinesis_stream: MakeStream, moto_server: str, kinesis: Any
+) -> None:
+    """Shard 0 has a stored position, shard 1 none (no record came to it before the restart):
+    shard 1 is read from the first start, not from its start (TRIM_HORIZON)."""
+    stream = await kinesis_stream(shards=2)
+    await put_on(kinesis, stream, 0, ['"old 0"'])
+    await put_on(kinesis, stream, 1, ['"old 1"'])
+    await anyio.sleep(0.05)
+    options: dict[str, Any] = {"endpoint_url": moto_server, "start": "LATEST"}
+    key, started_ms = await first_start(KinesisTrigger(stream=stream, **options))
+    await anyio.sleep(0.05)
+    read_0, _ = await put_on(kinesis, stream, 0, ['"new 0a"', '"new 0b"'])
+    await put_on(kinesis, stream, 1, ['"new 1"'])
+
+    prefix = key.removesuffix("@started")
+    with stored({key: started_ms, f"{prefix}shardId-000000000000": read_0}):
+        events = await take(KinesisTrigger(stream=stream, poll_interval_s=0.1, **options), 2)
+    assert sorted(e.payload["body"] for e in events) == ["new 0b", "new 1"]
+
+
+async def test_records_filtered_out_move_the_position_once_per_read(
+    kinesis_stream: MakeStream, moto_server: str
+) -> None:
+    stream = await kinesis_stream(shards=1)
+    numbers = await send(
+        uri(stream, moto_server), [json.dumps({"kind": "b", "n": n}) for n in range(5)]
+    )
+    options: dict[str, Any] = {
+        "endpoint_url": moto_server,
+        "filter": {"path": "$.body.kind", "equals": "a"},
+        "poll_interval_s": 0.1,
+    }
+    # Reads of 2, 2 and 1 records, all filtered out: a checkpoint at the end of each.
+    trigger = KinesisTrigger(stream=stream, limit=2, **options)
+    marker, *moved = await take(trigger, 4, checkpoints_only=True)
+    assert marker.checkpoint is not None
+    shard_key = f"kinesis/{stream}/triggerer/shardId-000000000000"
+    assert [e.checkpoint for e in moved] == [(shard_key, numbers[n]) for n in (1, 3, 4)]
+    assert (trigger.records, trigger.events, trigger.filtered) == (5, 0, 5)
+
+    # Started again after them: the filtered records are not read again.
+    more = await send(
+        uri(stream, moto_server), [json.dumps({"kind": kind, "n": 5}) for kind in "abb"]
+    )
+    with stored({marker.checkpoint[0]: marker.checkpoint[1], shard_key: numbers[4]}):
+        trigger = KinesisTrigger(stream=stream, **options)
+        async with running(trigger) as events:
+            with anyio.fail_after(20):
+                event, moved_on = await anext(events), await anext(events)
+    assert event.payload["body"] == {"kind": "a", "n": 5}
+    assert event.checkpoint == (shard_key, more[0])
+    # One read, its last records filtered out: one checkpoint past them.
+    assert moved_on.is_checkpoint_only
+    assert moved_on.checkpoint == (shard_key, more[2])
+    assert trigger.records == 3
 
 
 async def test_filter_apply_function_and_partition_key(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -59,7 +60,10 @@ class Ingest:
     sequence number) are stored in its last transaction, with its events (or with its dead
     letters, when it has some), so a watcher that starts again reads on after exactly what is
     stored. Batches that carry one key commit in the order they were formed: a later batch
-    committed first could store a position past events that a crash then loses.
+    committed first could store a position past events that a crash then loses. For the same
+    reason, once a batch fails (an error that is not the store's: a bug), the batches after it
+    store no position of its keys, though they store their events. A checkpoint that carries
+    nothing else (``TriggerEvent.checkpoint_only``) only moves its position.
     """
 
     def __init__(
@@ -75,7 +79,7 @@ class Ingest:
         self._batch_size = batch_size
         self._commit_slots = anyio.Semaphore(commits_in_flight)
         # By checkpoint key, the commit of the last batch formed that carries it.
-        self._committed: dict[str, anyio.Event] = {}
+        self._committed: dict[str, _Commit] = {}
         # Totals since start, read by the benchmarks and tests (metrics count them too).
         self.events_recorded = 0
         self.duplicates = 0
@@ -96,34 +100,46 @@ class Ingest:
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
                 keys = {event.checkpoint[0] for _, event in batch if event.checkpoint}
-                earlier = {self._committed[key] for key in keys if key in self._committed}
-                committed = anyio.Event()
-                self._committed.update(dict.fromkeys(keys, committed))
-                commits.start_soon(self._commit_and_ack, batch, earlier, committed)
+                earlier = {key: self._committed[key] for key in keys if key in self._committed}
+                commit = _Commit(frozenset(keys))
+                self._committed.update(dict.fromkeys(keys, commit))
+                commits.start_soon(self._commit_and_ack, batch, earlier, commit)
 
     async def _commit_and_ack(
-        self, batch: list[Delivery], earlier: set[anyio.Event], committed: anyio.Event
+        self, batch: list[Delivery], earlier: dict[str, _Commit], commit: _Commit
     ) -> None:
         # Once events are taken off the stream, finish them even during shutdown.
         with anyio.CancelScope(shield=True):
             try:
-                for commit in earlier:  # the batches before it of its checkpoint keys
-                    await commit.wait()
-                await self._commit(batch)
+                for before in set(earlier.values()):  # the batches before it of its keys
+                    await before.done.wait()
+                commit.unstored = {
+                    key for key, before in earlier.items() if before.unstored_of(key)
+                }
+                if commit.unstored:
+                    log.error("checkpoints_withheld", keys=sorted(commit.unstored))
+                await self._commit(batch, withheld=commit.unstored)
+                commit.succeeded = True
             finally:
-                committed.set()
-                for key in [key for key, last in self._committed.items() if last is committed]:
-                    del self._committed[key]
+                commit.done.set()
+                for key, last in list(self._committed.items()):
+                    # A key left unstored stays, so that every later batch withholds it too.
+                    if last is commit and not commit.unstored_of(key):
+                        del self._committed[key]
             try:
                 await _ack(batch)
             finally:
                 self._commit_slots.release()
 
-    async def _commit(self, batch: list[Delivery]) -> None:
+    async def _commit(self, batch: list[Delivery], *, withheld: set[str]) -> None:
+        """Store ``batch``: its events, dead letters and positions, but none of the positions
+        of the keys ``withheld``."""
         started = anyio.current_time()
         storable: list[NewEvent] = []
         letters: list[Unstorable] = []
         for watched, event in batch:
+            if event.is_checkpoint_only:
+                continue
             for asset_id in watched.asset_ids:
                 new_event = NewEvent(
                     asset_id=asset_id,
@@ -138,7 +154,11 @@ class Ingest:
                     storable.append(new_event)
                 else:
                     letters.append(Unstorable(new_event, reason))
-        positions = furthest(event.checkpoint for _, event in batch if event.checkpoint)
+        positions = furthest(
+            event.checkpoint
+            for _, event in batch
+            if event.checkpoint and event.checkpoint[0] not in withheld
+        )
         # The positions go in the batch's last transaction: with its events, unless it has
         # dead letters; when it had to be split, on their own after every part.
         pending: _Also | None = (
@@ -154,7 +174,10 @@ class Ingest:
             pending = None
         if pending is not None:
             await self._record_positions(pending, positions)
-        metrics.committed([event.sent_at for _, event in batch], anyio.current_time() - started)
+        metrics.committed(
+            [event.sent_at for _, event in batch if not event.is_checkpoint_only],
+            anyio.current_time() - started,
+        )
         for part, stored in written:
             self.events_recorded += len(part.events)
             self.duplicates += part.duplicates
@@ -253,6 +276,22 @@ class Ingest:
                 return result
 
         return await until_stored(once, during="ingest")
+
+
+@dataclasses.dataclass(eq=False)
+class _Commit:
+    """A batch's commit, as the later batches that carry its checkpoint keys wait for it."""
+
+    keys: frozenset[str]
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    succeeded: bool = False
+    #: Its keys whose positions it withheld, a batch before it having failed.
+    unstored: set[str] = dataclasses.field(default_factory=set)
+
+    def unstored_of(self, key: str) -> bool:
+        """Whether events of ``key`` up to this batch may be missing from the store (this batch
+        failed, or one before it did): no later batch may store a position of it."""
+        return key in self.keys and (not self.succeeded or key in self.unstored)
 
 
 Stored = dict[tuple[int, str], tuple[dict[str, Any], datetime]]
