@@ -17,6 +17,7 @@ BENCHMARKS = (
     "bench_mqtt",
     "bench_redis_streams",
     "bench_latency",
+    "bench_provider_latency",
     "bench_spark",
     "bench_ingest",
     "bench_retention",
