@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
 import re
 import time
@@ -27,9 +26,9 @@ import structlog
 from triggerer import checkpoints
 from triggerer.backoff import backoff_s
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset, check_json
-from watchers.filters import PayloadFilter, lookup, parse_path
-from watchers.payloads import decode_body, import_callable
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
+from watchers.payloads import decode_body
+from watchers.processing import Processing, check_range
 
 if TYPE_CHECKING:
     from watchers.kinesis_reader import KinesisClient
@@ -166,24 +165,17 @@ class KinesisTrigger(BaseEventTrigger):
                 f"KinesisTrigger application_name={self.application_name!r} must be non-empty "
                 "text; leave it out for the watcher's own"
             )
-        _check_range("max_deliveries", self.max_deliveries, 1, 1_000)
-        _check_range("limit", self.limit, 1, MAX_RECORDS_PER_READ)
+        check_range("KinesisTrigger max_deliveries", self.max_deliveries, 1, 1_000)
+        check_range("KinesisTrigger limit", self.limit, 1, MAX_RECORDS_PER_READ)
         for option in ("poll_interval_s", "shard_sync_interval_s"):
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"KinesisTrigger {option}={value!r} must be a positive number")
-        self._filter = None if self.filter is None else PayloadFilter.from_option(self.filter)
-        self._apply = (
-            None
-            if self.apply_function is None
-            else import_callable(self.apply_function, option="apply_function")
+        self._processing = Processing.of_options(
+            filter=self.filter,
+            apply_function=self.apply_function,
+            partition_key_path=self.partition_key_path,
         )
-        if inspect.iscoroutinefunction(self._apply):
-            raise ValueError(
-                f"apply_function={self.apply_function!r} must be a plain function, not async"
-            )
-        if self.partition_key_path is not None:
-            parse_path(self.partition_key_path)
         self._millis_behind: dict[str, int] = {}
 
     @property
@@ -220,6 +212,7 @@ class KinesisTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from watchers.kinesis_reader import KinesisClient, ShardReader
 
+        self._processing.load()
         client = KinesisClient()
         try:
             await client.connect(self.region_name, self.endpoint_url, self.connection)
@@ -301,7 +294,7 @@ class KinesisTrigger(BaseEventTrigger):
         while True:
             attempt += 1
             try:
-                prepared = self._prepare(payload)
+                prepared = self._processing.prepare(payload)
             # A user's filter or function may raise anything: that record's failure alone.
             except Exception as error:  # noqa: BLE001
                 self.failed += 1
@@ -329,37 +322,6 @@ class KinesisTrigger(BaseEventTrigger):
         self.events += 1
         result, partition_key = prepared
         return TriggerEvent.of_decoded_json(result, partition_key=partition_key, **common)
-
-    def _prepare(self, payload: dict[str, Any]) -> tuple[Any, str | None] | None:
-        if self._filter is not None and not self._filter.matches(payload):
-            return None
-        result: Any = payload
-        if self._apply is not None:
-            result = self._apply(payload)
-            if result is None:
-                return None
-            check_json(result, "apply_function result")
-        return result, self._partition_key(result)
-
-    def _partition_key(self, payload: Any) -> str | None:
-        if self.partition_key_path is None:
-            return None
-        value = lookup(payload, self.partition_key_path)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError(
-            f"partition_key_path {self.partition_key_path!r} does not lead to a text or "
-            "integer value"
-        )
-
-
-def _check_range(option: str, value: int, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(
-            f"KinesisTrigger {option}={value!r} must be an integer from {low} to {high}"
-        )
 
 
 # -- the Kinesis provider: kinesis:// URIs, and posting records

@@ -11,7 +11,6 @@ a trigger runs or a message is sent.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import time
 import uuid
@@ -22,14 +21,14 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider, SharedReaders
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset, check_json
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import rabbitmq_consumer
 from watchers.clients import require
-from watchers.filters import PayloadFilter, lookup, parse_path
-from watchers.payloads import decode_body, import_callable
+from watchers.payloads import decode_body
+from watchers.processing import Processing, check_range
 from watchers.rabbitmq_address import checkpoint_key, parse_rabbitmq_uri
 from watchers.rabbitmq_client import connect, declared
-from watchers.rabbitmq_readers import Prepared, Reader, ReaderSpec, ReaderStats
+from watchers.rabbitmq_readers import Reader, ReaderSpec, ReaderStats
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
@@ -140,8 +139,8 @@ class RabbitMqTrigger(BaseEventTrigger):
         connection: str | None = None,
     ) -> None:
         self.location = parse_rabbitmq_uri(queue)
-        _check_range("prefetch", prefetch, 1, 65_535)
-        _check_range("max_deliveries", max_deliveries, 1, 1_000)
+        check_range("prefetch", prefetch, 1, 65_535)
+        check_range("max_deliveries", max_deliveries, 1, 1_000)
         if not isinstance(broker_dead_letters, bool):
             raise ValueError(f"broker_dead_letters={broker_dead_letters!r} must be true or false")
         if stream_offset is not None and not (
@@ -163,16 +162,9 @@ class RabbitMqTrigger(BaseEventTrigger):
             )
         if connection is not None and (not isinstance(connection, str) or not connection):
             raise ValueError(f"connection={connection!r} must name a [connections.NAME] section")
-        if partition_key_path is not None:
-            parse_path(partition_key_path)
-        self._filter = None if filter is None else PayloadFilter.from_option(filter)
-        self._apply = (
-            None
-            if apply_function is None
-            else import_callable(apply_function, option="apply_function")
+        self._processing = Processing.of_options(
+            filter=filter, apply_function=apply_function, partition_key_path=partition_key_path
         )
-        if inspect.iscoroutinefunction(self._apply):
-            raise ValueError(f"apply_function={apply_function!r} must be a plain function")
         self._kwargs: dict[str, Any] = {
             "queue": queue,
             "prefetch": prefetch,
@@ -220,7 +212,7 @@ class RabbitMqTrigger(BaseEventTrigger):
             connection=kwargs["connection"],
             key=json.dumps(self.serialize(), sort_keys=True),
             payload=message_payload,
-            prepare=self._prepare,
+            prepare=self._processing.prepare,
             checkpoint_key=checkpoint_key(self.location, self.reader),
             prefetch=kwargs["prefetch"],
             max_deliveries=kwargs["max_deliveries"],
@@ -278,6 +270,7 @@ class RabbitMqTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
+        self._processing.load()
         # On its own (outside the daemon), the trigger has a consumer of its own.
         consumers = rabbitmq_consumer.current() or rabbitmq_consumer.Consumers()
         reader = self._reader = await consumers.join(self.reader_spec(), self._stats)
@@ -291,34 +284,6 @@ class RabbitMqTrigger(BaseEventTrigger):
         self._stats.lag = None
         if reader is not None:
             await reader.leave()
-
-    def _prepare(self, payload: Any) -> Prepared:
-        """The event payload and partition key, or ``None`` when the message is dropped."""
-        if self._filter is not None and not self._filter.matches(payload):
-            return None
-        if self._apply is not None:
-            payload = self._apply(payload)
-            if payload is None:
-                return None
-            # Not JSON: a failing message (redelivered, then dead-lettered), not a failing watcher.
-            check_json(payload, "apply_function result")
-        return payload, self._partition_key(payload)
-
-    def _partition_key(self, payload: Any) -> str | None:
-        path = self._kwargs["partition_key_path"]
-        if path is None:
-            return None
-        value = lookup(payload, path)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError(f"partition_key_path {path!r} does not lead to a text or integer value")
-
-
-def _check_range(option: str, value: int, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{option}={value!r} must be an integer from {low} to {high}")
 
 
 # -- the RabbitMQ provider: amqp:// URIs, the producer, and the consumers triggers share

@@ -36,13 +36,11 @@ if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
     from structlog.typing import FilteringBoundLogger
 
+    from watchers.processing import Prepared
     from watchers.rabbitmq_address import RabbitQueue
 
 #: Failure counts kept for queues whose broker does not count deliveries (classic queues).
 MAX_COUNTED = 10_000
-
-#: A reader's payload and partition key of a message; ``None`` when the reader filters it out.
-Prepared = tuple[Any, str | None] | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)

@@ -8,21 +8,23 @@ and ``sqs_client``), which a trigger reads through with a ``ReaderSpec`` and who
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider, SharedReaders
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, check_json
+from triggerer.triggers import BaseEventTrigger, TriggerEvent
 from watchers import sqs_session
-from watchers.filters import PayloadFilter, lookup, parse_path
-from watchers.payloads import decode_body, import_callable
+from watchers.payloads import decode_body
+from watchers.processing import Prepared, Processing, check_range
 from watchers.sqs_address import is_sqs_queue_url, parse_queue
 from watchers.sqs_client import MAX_MESSAGES
-from watchers.sqs_session import Prepared, Reader, ReaderSpec, ReaderStats
+from watchers.sqs_session import Reader, ReaderSpec, ReaderStats
+
+if TYPE_CHECKING:
+    from watchers.filters import PayloadFilter
 
 MAX_WAIT_TIME_S = 20
 MAX_VISIBILITY_TIMEOUT_S = 43_200
@@ -91,24 +93,26 @@ class SqsTrigger(BaseEventTrigger):
         connection: str | None = None,
     ) -> None:
         self.location = parse_queue(queue, region_name=region_name, endpoint_url=endpoint_url)
-        _check_range("wait_time_s", wait_time_s, 1, MAX_WAIT_TIME_S)
-        _check_range("max_messages", max_messages, 1, MAX_MESSAGES)
-        _check_range("receivers", receivers, 1, 64)
-        _check_range("max_receives", max_receives, 1, 1_000)
+        check_range("wait_time_s", wait_time_s, 1, MAX_WAIT_TIME_S)
+        check_range("max_messages", max_messages, 1, MAX_MESSAGES)
+        check_range("receivers", receivers, 1, 64)
+        check_range("max_receives", max_receives, 1, 1_000)
         if visibility_timeout_s is not None:
-            _check_range("visibility_timeout_s", visibility_timeout_s, 1, MAX_VISIBILITY_TIMEOUT_S)
+            check_range("visibility_timeout_s", visibility_timeout_s, 1, MAX_VISIBILITY_TIMEOUT_S)
         if not isinstance(batch, bool):
             raise ValueError(f"batch={batch!r} must be true or false")
         if dead_letter_queue is not None:
             parse_queue(dead_letter_queue)
-        if partition_key_path is not None:
-            parse_path(partition_key_path)
-        self._filter = None if filter is None else PayloadFilter.from_option(filter)
-        self._transform = (
-            None if transform is None else import_callable(transform, option="transform")
+        self._processing = Processing.of_options(
+            filter=filter,
+            apply_function=transform,
+            partition_key_path=partition_key_path,
+            option="transform",
         )
-        if inspect.iscoroutinefunction(self._transform):
-            raise ValueError(f"transform={transform!r} must be a plain function, not async")
+        # Imported now, not when the trigger runs: a transform that does not import, or is
+        # async, is an error of the trigger's options.
+        self._processing.load()
+        payload_filter = self._processing.filter
         self._kwargs: dict[str, Any] = {
             "queue": queue,
             "region_name": region_name,
@@ -119,7 +123,7 @@ class SqsTrigger(BaseEventTrigger):
             "batch": batch,
             "visibility_timeout_s": visibility_timeout_s,
             "transform": transform,
-            "filter": None if self._filter is None else _filter_option(self._filter),
+            "filter": None if payload_filter is None else _filter_option(payload_filter),
             "partition_key_path": partition_key_path,
             "dead_letter_queue": dead_letter_queue,
             "max_receives": max_receives,
@@ -216,28 +220,10 @@ class SqsTrigger(BaseEventTrigger):
         return bool(_without_approximations(stored) == _without_approximations(received))
 
     def _prepare(self, message: dict[str, Any]) -> Prepared:
-        """The payload and partition key of a message, or ``None`` when it is filtered out."""
-        payload: Any = message_payload(message)
-        if self._filter is not None and not self._filter.matches(payload):
-            return None
-        if self._transform is not None:
-            payload = self._transform(payload)
-            if payload is None:
-                return None
-            # Not JSON: a failing message (retried, then dead-lettered), not a failing watcher.
-            check_json(payload, "transform result")
-        return payload, self._partition_key(payload)
-
-    def _partition_key(self, payload: Any) -> str | None:
-        path = self._kwargs["partition_key_path"]
-        if path is None:
-            return None
-        value = lookup(payload, path)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError(f"partition_key_path {path!r} does not lead to a text or integer value")
+        """The payload and partition key of a message, or ``None`` when it is filtered out; what
+        raises (a transform's result that is not JSON included) fails the message (retried,
+        then dead-lettered), not the watcher."""
+        return self._processing.prepare(message_payload(message))
 
 
 def _without_approximations(payload: Any) -> Any:
@@ -251,11 +237,6 @@ def _without_approximations(payload: Any) -> Any:
         return payload
     steady = {name: value for name, value in attributes.items() if not name.startswith("Approx")}
     return {**payload, "attributes": steady}
-
-
-def _check_range(option: str, value: int, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{option}={value!r} must be an integer from {low} to {high}")
 
 
 def _filter_option(payload_filter: PayloadFilter) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from watchers.sqs_deletes import BatchedDeletes
 from watchers.sqs_in_flight import InFlightMessages
 
 if TYPE_CHECKING:
+    from watchers.processing import Prepared
     from watchers.sqs_address import SqsQueue
     from watchers.sqs_in_flight import InFlight
 
@@ -76,10 +77,6 @@ def sharing(pollers: Pollers) -> Iterator[None]:
 def current() -> Pollers | None:
     """The shared sessions in effect, ``None`` outside :func:`sharing`."""
     return _POLLERS.get()
-
-
-#: A reader's payload and partition key of a message; ``None`` when the reader filters it out.
-Prepared = tuple[Any, str | None] | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)

@@ -293,6 +293,8 @@ def test_a_refused_uri_hides_its_credentials(queue: str) -> None:
     assert "***@h/" in trigger.error
 
 
-def test_an_apply_function_that_cannot_be_imported_is_its_watchers_error() -> None:
-    error = refusal("amqp://h/%2F/q", apply_function="nosuch.module.fn")
-    assert "nosuch" in error
+async def test_an_apply_function_that_cannot_be_imported_is_its_watchers_error() -> None:
+    trigger = MessageQueueTrigger("amqp://h/%2F/q", apply_function="nosuch.module.fn")
+    # Imported when the trigger starts to run (before it connects), not when it is made.
+    with pytest.raises(ImportError, match="nosuch"):
+        await anext(aiter(trigger.run()))

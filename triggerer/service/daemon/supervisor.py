@@ -197,7 +197,9 @@ class Supervisor:
                 trigger = load_trigger(*watched.trigger.serialize()) if rebuild else watched.trigger
                 self._running[watched.trigger_id] = trigger
                 async for event in trigger.run():
-                    status.last_poll_at = status.last_event_at = utcnow()
+                    status.last_poll_at = utcnow()
+                    if not event.is_checkpoint_only:  # its place moved: no event came
+                        status.last_event_at = status.last_poll_at
                     try:
                         # No trip through the event loop per event while the stream has room:
                         # the trigger's own awaits (a poll) are where others get their turn.
