@@ -11,6 +11,9 @@ Each page's screenshot is written to ``var/screenshots/`` (the README shows the 
 from __future__ import annotations
 
 import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +21,7 @@ import httpx
 import pytest
 from playwright.async_api import ConsoleMessage, Page, async_playwright, expect
 
-from tests.e2e.daemon import ORDERS
+from tests.e2e.daemon import ORDERS, runs
 from tests.e2e.test_api import api_url
 from triggerer.service.api.app import STATIC
 
@@ -51,6 +54,10 @@ RUN_TIMEOUT_MS = 90_000
 """A Spark run and the poll that shows it."""
 LIVE_MS = 2_000
 """How soon an open page shows a change made elsewhere."""
+CHART_MS = 10_000
+"""How soon a chart shows it: its aggregate is read again every 5 s, at a poll."""
+FLOW = {("count_orders", "success"), ("publish", "success"), ("matched", "success")}
+"""The runs of :func:`run_the_flow`."""
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
 
@@ -79,6 +86,12 @@ async def asset_id(page: Page, name: str) -> str:
         "(name) => window.triggerer.cy.nodes(`[kind = 'asset'][name = '${name}']`).id()", name
     )
     return found.removeprefix("asset:")
+
+
+async def tap(page: Page, node: str) -> None:
+    """A tap on the graph's node of id ``node``. Nothing is returned from the page: Playwright
+    would serialise the collection ``emit`` returns, the whole graph with it (half a minute)."""
+    await page.evaluate("(id) => { window.triggerer.cy.$id(id).emit('tap'); }", node)
 
 
 async def shoot(page: Page, name: str) -> None:
@@ -223,7 +236,7 @@ async def test_lineage_graph_panels_trace_and_live_runs_in_chromium(
                 ("reports", "schedules", "publish"),
             } < edges
             await shoot(page, "lineage-groups")
-            await page.evaluate("window.triggerer.cy.$id('group:reports').emit('tap')")
+            await tap(page, "group:reports")
             await page.wait_for_function(
                 "window.triggerer.cy.nodes(\"[kind = 'asset'][name = 'report']\").length === 1"
             )
@@ -300,10 +313,10 @@ def collect_errors(page: Page) -> list[str]:
     return errors
 
 
-@pytest.mark.timeout(600)  # two Spark runs, on a machine shared with other tests
-async def test_an_open_api_opens_on_the_graph_with_its_nodes_as_text_and_charts_of_the_flow(
-    deployment: Deployment,
-) -> None:
+@asynccontextmanager
+async def open_ui(deployment: Deployment, route: str = "") -> AsyncIterator[OpenUI]:
+    """The daemon of ``PIPELINES`` with the API open (no tokens), and a page of its UI at
+    ``route`` once the graph is drawn; the page's console errors must be none at the end."""
     deployment.write_pipelines(ORDERS + PIPELINES)
     config = deployment.config_file(api={"enabled": True, "port": 0})
     with deployment.process_with_config(config) as daemon:
@@ -315,119 +328,172 @@ async def test_an_open_api_opens_on_the_graph_with_its_nodes_as_text_and_charts_
             browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
             page = await browser.new_page(viewport={"width": 1400, "height": 800})
             errors = collect_errors(page)
-            await page.goto(url.removesuffix("/api/v1") + "/")
-
-            # No prompt: the graph at once, and every node's name is text on the page.
+            await page.goto(url.removesuffix("/api/v1") + "/" + route)
             await page.wait_for_function("window.triggerer.cy?.nodes().length >= 8")
-            await expect(page.locator("#token-dialog")).not_to_be_visible()
-            lineage = (await client.get("/lineage")).json()
-            text = await page.inner_text("body")
-            missing = [node["name"] for node in lineage["nodes"] if node["name"] not in text]
-            assert not missing
-            tree = page.locator("#nodes [role=treeitem][data-node]")
-            await expect(tree).to_have_count(8)  # with the gate of matched
-            await expect(page.locator("#nodes")).to_contain_text("AND of matched")
-
-            # The keyboard moves through the tree; Enter opens the node, selected on the graph.
-            await page.locator("#nodes [tabindex='0']").focus()
-            await page.keyboard.press("End")
-            await expect(page.locator("#nodes :focus")).to_contain_text("publish")
-            await page.keyboard.press("Enter")
-            await expect(page.locator("#panel h1")).to_have_text("publish")
-            selected = page.locator("#nodes [aria-selected=true]")
-            await expect(selected).to_contain_text("publish")
-            assert await page.evaluate("window.triggerer.cy.$id('pipeline:publish').selected()")
-            # A tap on the graph selects the entry.
-            await page.evaluate("window.triggerer.cy.$id('pipeline:matched').emit('tap')")
-            await expect(selected).to_contain_text("matched")
-
-            # The search filters the text as the graph: a name and its neighbours.
-            await page.fill("#search", "report")
-            await expect(page.locator("#nodes [data-node]:visible")).to_have_count(3)
-            await page.fill("#search", "")
-
-            # The user's zoom stays across polls.
-            await page.evaluate("location.hash = '#/'")
-            await page.mouse.move(900, 400)
-            await page.mouse.wheel(0, -300)
-            zoom = await page.evaluate("window.triggerer.cy.zoom()")
-            polls = await page.evaluate("window.triggerer.polls")
-            await page.wait_for_function(f"window.triggerer.polls >= {polls + 2}")
-            assert await page.evaluate("window.triggerer.cy.zoom()") == zoom
-
-            # A Kafka message runs count_orders then publish; two events on customers.
-            await deployment.produce([{"n": 1}])
-            for _ in range(2):
-                posted = await client.post("/assets/events", json={"uri": "customers"})
-                assert posted.status_code == 201, posted.text
-            await page.wait_for_function(
-                "window.triggerer.cy.$id('pipeline:publish').hasClass('last-success')",
-                timeout=RUN_TIMEOUT_MS,
-            )
-            assert await page.evaluate(
-                "window.triggerer.cy.$id('pipeline:count_orders').hasClass('last-success')"
-            )
-            await page.evaluate("window.triggerer.cy.$(':selected').unselect()")
-            await shoot(page, "lineage-open")
-
-            # The Activity page's charts say what the API aggregates.
-            await page.evaluate("location.hash = '#/activity'")
-            events = (await client.get("/activity/events")).json()
-            assert events["events"] >= 4  # the message, report's event, two on customers
-            caption = page.locator("[data-chart=activity-events] figcaption")
-            await expect(caption).to_contain_text(f"{events['events']} events in the last hour")
-            runs = (await client.get("/activity/runs")).json()
-            total = sum(runs["states"].values())
-            assert runs["states"]["success"] >= 2
-            await expect(page.locator("[data-chart=activity-runs] figcaption")).to_contain_text(
-                f"{total} runs since"
-            )
-            # The numbers on hover: the busiest minute's count, as the API has it.
-            busiest = max(range(len(events["counts"])), key=lambda i: events["counts"][i])
-            point = await page.evaluate(
-                """(i) => {
-                    const u = window.triggerer.charts.get('activity-events');
-                    const box = u.over.getBoundingClientRect();
-                    return { x: box.left + u.valToPos(u.data[0][i], 'x'), y: box.top + 10 };
-                }""",
-                busiest,
-            )
-            await page.mouse.move(point["x"], point["y"])
-            hover = page.locator("[data-chart=activity-events] .chart-hover")
-            await expect(hover).to_contain_text(f": {events['counts'][busiest]} event(s)")
-            await shoot(page, "activity")
-
-            # The Runs page: every run, newest first, each linking to its log and events.
-            await page.evaluate("location.hash = '#/runs'")
-            listed = (await client.get("/runs")).json()
-            rows = page.locator("tr[data-run-id]")
-            await expect(rows).to_have_count(len(listed))
-            assert await rows.evaluate_all("(rows) => rows.map((r) => r.dataset.runId)") == [
-                run["run_id"] for run in listed
-            ]
-            await expect(page.locator("[data-chart=runs-timeline] figcaption")).to_contain_text(
-                f"{total} runs since"
-            )
-            await page.select_option("#runs-filters select[name=pipeline]", "publish")
-            await expect(rows).to_have_count(1)
-            await shoot(page, "runs")
-            await rows.first.locator("a[data-run-log]").click()
-            await expect(page.locator("#page h1")).to_contain_text("Run publish__")
-            await expect(page.locator("#page pre.log")).to_be_visible()
-            await page.locator("a[href^='#/event/']").first.click()
-            await expect(page.locator("[data-trace-event]").first).to_be_visible()
-            await shoot(page, "run-trace")
-
-            # The pipeline panel draws its runs' durations.
-            await page.evaluate("location.hash = '#/pipeline/count_orders'")
-            await expect(
-                page.locator("[data-chart='durations-count_orders'] figcaption")
-            ).to_contain_text("Durations of its last 1 run(s)")
-            await shoot(page, "pipeline-durations")
-            await page.evaluate("location.hash = '#/watchers'")
-            await expect(page.locator("[data-chart=watchers-lag] figcaption")).to_be_visible()
+            yield OpenUI(page, client)
             await browser.close()
     assert errors == []
+
+
+@dataclass
+class OpenUI:
+    page: Page
+    client: httpx.AsyncClient
+    """The open API's client, at ``/api/v1``."""
+
+
+async def run_the_flow(deployment: Deployment, client: httpx.AsyncClient) -> None:
+    """A Kafka message runs count_orders, whose outlet runs publish; two events on customers
+    run matched (with the message's event). Returns once the three runs have succeeded."""
+    await deployment.produce([{"n": 1}])
+    for _ in range(2):
+        posted = await client.post("/assets/events", json={"uri": "customers"})
+        assert posted.status_code == 201, posted.text
+    await deployment.wait_for(
+        runs,
+        lambda rows: {(run.pipeline_id, run.state) for run in rows} == FLOW,
+        timeout_s=RUN_TIMEOUT_MS / 1000,
+    )
+
+
+@pytest.mark.timeout(180)
+async def test_an_open_api_opens_on_the_graph_with_every_node_as_text(
+    deployment: Deployment,
+) -> None:
+    async with open_ui(deployment) as ui:
+        await expect(ui.page.locator("#token-dialog")).not_to_be_visible()
+        lineage = (await ui.client.get("/lineage")).json()
+        text = await ui.page.inner_text("body")
+        assert [node["name"] for node in lineage["nodes"] if node["name"] not in text] == []
+        tree = ui.page.locator("#nodes [role=treeitem][data-node]")
+        await expect(tree).to_have_count(8)  # with the gate of matched
+        await expect(ui.page.locator("#nodes")).to_contain_text("AND of matched")
+        await shoot(ui.page, "lineage-open")
+
+
+@pytest.mark.timeout(180)
+async def test_the_nodes_tree_moves_by_keyboard_follows_the_search_and_selects_its_node(
+    deployment: Deployment,
+) -> None:
+    async with open_ui(deployment) as ui:
+        page = ui.page
+        # The keyboard moves through the tree; Enter opens the node, selected on the graph.
+        await page.locator("#nodes [tabindex='0']").focus()
+        await page.keyboard.press("End")
+        await expect(page.locator("#nodes :focus")).to_contain_text("publish")
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#panel h1")).to_have_text("publish")
+        selected = page.locator("#nodes [aria-selected=true]")
+        await expect(selected).to_contain_text("publish")
+        assert await page.evaluate("window.triggerer.cy.$id('pipeline:publish').selected()")
+        # A tap on the graph selects the entry.
+        await tap(page, "pipeline:matched")
+        await expect(selected).to_contain_text("matched")
+        # The search filters the text as the graph: a name and its neighbours.
+        await page.fill("#search", "report")
+        await expect(page.locator("#nodes [data-node]:visible")).to_have_count(3)
+        await shoot(page, "nodes-filtered")
+
+
+@pytest.mark.timeout(180)
+async def test_the_users_zoom_stays_across_polls(deployment: Deployment) -> None:
+    async with open_ui(deployment) as ui:
+        page = ui.page
+        await page.mouse.move(900, 400)
+        await page.mouse.wheel(0, -300)
+        zoom = await page.evaluate("window.triggerer.cy.zoom()")
+        polls = await page.evaluate("window.triggerer.polls")
+        await page.wait_for_function(f"window.triggerer.polls >= {polls + 2}")
+        assert await page.evaluate("window.triggerer.cy.zoom()") == zoom
+
+
+@pytest.mark.timeout(300)  # two Spark runs, on a machine shared with other tests
+async def test_pipelines_are_coloured_by_their_last_run_and_draw_its_durations(
+    deployment: Deployment,
+) -> None:
+    async with open_ui(deployment, "#/pipeline/count_orders") as ui:
+        page = ui.page
+        await run_the_flow(deployment, ui.client)
+        await page.wait_for_function(
+            "window.triggerer.cy.$id('pipeline:publish').hasClass('last-success')"
+        )
+        assert await page.evaluate(
+            "window.triggerer.cy.$id('pipeline:count_orders').hasClass('last-success')"
+        )
+        timeline = (await ui.client.get("/activity/runs?pipeline_id=count_orders")).json()
+        [run] = timeline["runs"]
+        await expect(
+            page.locator("[data-chart='durations-count_orders'] figcaption")
+        ).to_contain_text(
+            f"Durations of its last 1 run(s): median {run['duration_s']:.1f}s", timeout=CHART_MS
+        )
+        await shoot(page, "pipeline-durations")
+
+
+@pytest.mark.timeout(300)  # two Spark runs, on a machine shared with other tests
+async def test_the_charts_show_the_events_and_runs_the_api_counts_with_numbers_on_hover(
+    deployment: Deployment,
+) -> None:
+    async with open_ui(deployment, "#/activity") as ui:
+        page, client = ui.page, ui.client
+        await run_the_flow(deployment, client)
+        events = (await client.get("/activity/events")).json()
+        assert events["events"] >= 4  # the message, report's event, two on customers
+        caption = page.locator("[data-chart=activity-events] figcaption")
+        await expect(caption).to_contain_text(
+            f"{events['events']} events in the last hour", timeout=CHART_MS
+        )
+        timeline = (await client.get("/activity/runs")).json()
+        assert timeline["states"] == {"success": 3}
+        await expect(page.locator("[data-chart=activity-runs] figcaption")).to_contain_text(
+            "3 runs since", timeout=CHART_MS
+        )
+        # The numbers on hover: the busiest minute's count, as the API has it.
+        busiest = max(range(len(events["counts"])), key=lambda i: events["counts"][i])
+        point = await page.evaluate(
+            """(i) => {
+                const u = window.triggerer.charts.get('activity-events');
+                const box = u.over.getBoundingClientRect();
+                // The current minute is the plot's right edge: one pixel inside it.
+                const x = Math.min(box.left + u.valToPos(u.data[0][i], 'x'), box.right - 1);
+                return { x, y: box.top + 10 };
+            }""",
+            busiest,
+        )
+        await page.mouse.move(point["x"], point["y"])
+        hover = page.locator("[data-chart=activity-events] .chart-hover")
+        await expect(hover).to_contain_text(f": {events['counts'][busiest]} event(s)")
+        await shoot(page, "activity")
+        await page.evaluate("location.hash = '#/watchers'")
+        await expect(page.locator("[data-chart=watchers-lag] figcaption")).to_be_visible()
+
+
+@pytest.mark.timeout(300)  # two Spark runs, on a machine shared with other tests
+async def test_the_runs_page_lists_and_filters_runs_each_linking_to_its_log_and_trace(
+    deployment: Deployment,
+) -> None:
+    async with open_ui(deployment, "#/runs") as ui:
+        page, client = ui.page, ui.client
+        await run_the_flow(deployment, client)
+        listed = (await client.get("/runs")).json()
+        rows = page.locator("tr[data-run-id]")
+        await expect(rows).to_have_count(len(listed), timeout=CHART_MS)
+        assert await rows.evaluate_all("(rows) => rows.map((r) => r.dataset.runId)") == [
+            run["run_id"] for run in listed
+        ]
+        await expect(page.locator("[data-chart=runs-timeline] figcaption")).to_contain_text(
+            f"{len(listed)} runs since", timeout=CHART_MS
+        )
+        await page.select_option("#runs-filters select[name=pipeline]", "publish")
+        await expect(rows).to_have_count(1)
+        await shoot(page, "runs")
+        await rows.first.locator("a[data-run-log]").click()
+        await expect(page.locator("#page h1")).to_contain_text("Run publish__")
+        await expect(page.locator("#page pre.log")).to_be_visible()
+        await shoot(page, "run")
+        await page.locator("a[href^='#/event/']").first.click()
+        await expect(page.locator("[data-trace-event]").first).to_be_visible()
+        await shoot(page, "run-trace")
 
 
 @pytest.mark.timeout(180)

@@ -13,6 +13,8 @@ class MissingLibrary extends Error {
 const vendor = (file) => import(`./vendor/${file}`).catch((error) => {
   throw new MissingLibrary(file, error);
 });
+import { layered, nodeSize } from "./layout.js";
+
 let dagre = null;
 let uPlot = null;
 const graphLibrary = Promise.all([vendor("cytoscape.js"), vendor("dagre.js")])
@@ -25,6 +27,24 @@ const chartLibrary = vendor("uplot.js").then((module) => {
   return uPlot;
 });
 graphLibrary.catch(showLoadError);
+// The graph, mounted empty as soon as its library loads (while the first poll reads the API),
+// and shown empty for a frame: cytoscape draws every element of the first frame it draws into
+// layer textures, the whole graph before the first pixel (a second at a thousand nodes), and
+// afterwards only what is in view, filling the layers in the background.
+const graphMounted = graphLibrary.then(async (cytoscape) => {
+  const cy = cytoscape({ container: $("#graph"), style: STYLE, wheelSensitivity: 0.3 });
+  cy.on("tap", "node", (event) => openNode(event.target.data()));
+  cy.on("viewport", () => {
+    if (state.pointerDown) state.userMoved = true;
+  });
+  // A hidden tab has no frames: a moment then.
+  await Promise.race([
+    new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))),
+    new Promise((resolve) => setTimeout(resolve, 200)),
+  ]);
+  return cy;
+});
+graphMounted.catch(() => {}); // a missing library is said by showLoadError; polls go on without it
 chartLibrary.catch(showLoadError);
 
 function showLoadError(error) {
@@ -37,7 +57,7 @@ const POLL_MS = 1000;
 const PAGE = 1000; // the API's largest page
 const EVENTS_PER_PAGE = 10;
 const DEFAULT_GROUP = "asset"; // an asset's group unless it names one
-const LARGE_GRAPH = 600; // elements: above, the layout trades looks for speed
+const LARGE_GRAPH = 600; // elements: above, layout.js lays the graph out (dagre would take seconds)
 const TOKEN_KEY = "triggerer.token";
 const ACTIVITY_MS = 5000; // how often a chart's aggregate is read again
 const READABLE_ZOOM = 0.8; // labels of 11px drawn at 9px: the least a graph opens at
@@ -307,37 +327,37 @@ const STYLE = [
   { selector: "edge.lit", style: { "line-color": "#c98a00", "target-arrow-color": "#c98a00", width: 3 } },
 ];
 
-function drawGraph(cytoscape, elements, started) {
-  let cy = window.triggerer.cy;
-  if (cy) {
-    // The user's zoom and pan stay when the graph changes; the selection is the route's.
-    const kept = state.userMoved ? { zoom: cy.zoom(), pan: { ...cy.pan() } } : null;
-    cy.batch(() => {
-      cy.elements().remove();
-      cy.add(elements);
-      cy.edges().toggleClass("many", elements.length > LARGE_GRAPH);
-    });
-    layOut(cy);
-    paintGraph();
-    selectNode(state.selected);
-    if (kept) cy.viewport(kept);
-    else fit(cy);
-  } else {
-    // Built, laid out and painted headless, then mounted: the renderer draws once, not at
-    // every step (a third of the time at a thousand nodes).
-    cy = cytoscape({ headless: true, styleEnabled: true, elements, style: STYLE, wheelSensitivity: 0.3 });
-    cy.edges().toggleClass("many", elements.length > LARGE_GRAPH);
-    window.triggerer.cy = cy;
-    layOut(cy);
-    paintGraph();
-    cy.mount($("#graph"));
-    cy.on("tap", "node", (event) => openNode(event.target.data()));
-    cy.on("viewport", () => {
-      if (state.pointerDown) state.userMoved = true;
-    });
-    selectNode(state.selected);
-    fit(cy);
+// The elements on the graph, replacing what it drew: with their labels and classes already
+// (cytoscape styles each element once), laid out, in one batch (the renderer draws once, at
+// the next frame). The user's zoom and pan stay when the graph changes; the selection is the
+// route's.
+function drawGraph(cy, elements, started) {
+  // A large graph comes with its positions (layered); a small one is laid out by dagre.
+  const large = elements.length > LARGE_GRAPH;
+  if (large) {
+    const positions = layered(elements);
+    for (const element of elements) if (element.group === "nodes") element.position = positions[element.data.id];
   }
+  const { queuedOf } = queuedCounts();
+  for (const element of elements) {
+    if (element.group !== "nodes") element.classes = large ? ["many"] : [];
+    else {
+      const { look, classes } = nodeLook(element.data, queuedOf);
+      Object.assign(element.data, look);
+      element.classes = classes;
+    }
+  }
+  window.triggerer.cy = cy;
+  const kept = state.userMoved ? { zoom: cy.zoom(), pan: { ...cy.pan() } } : null;
+  cy.batch(() => {
+    cy.elements().remove();
+    cy.add(elements);
+    if (!large) layOut(cy);
+  });
+  paintGraph();
+  selectNode(state.selected);
+  if (kept) cy.viewport(kept);
+  else fit(cy);
   window.triggerer.renderMs ??= performance.now() - started;
   // The frame after the one cytoscape drew in: since navigation start, for the benchmark.
   requestAnimationFrame(() => requestAnimationFrame(() => {
@@ -345,23 +365,19 @@ function drawGraph(cytoscape, elements, started) {
   }));
 }
 
-// Left to right in ranks, by dagre. At a thousand nodes its defaults take seconds: there,
-// longest-path ranking (each node as close to what it feeds as it can be) instead of network
-// simplex (shorter edges, columns that read better), one alignment instead of balancing four,
-// and one ordering sweep instead of searching for the order with the fewest crossings.
+// Left to right in ranks, by dagre (network simplex ranking: short edges, columns that read
+// well). Its nodes' sizes are their kinds' (nodeSize), not measured: measuring would compute
+// every node's style before the first draw.
 function layOut(cy) {
-  const large = cy.elements().length > LARGE_GRAPH;
   const graph = new dagre.graphlib.Graph({ multigraph: true });
-  graph.setGraph({
-    rankdir: "LR", nodesep: 12, ranksep: 70,
-    ...(large ? { ranker: "longest-path", align: "UL" } : {}),
-  });
+  graph.setGraph({ rankdir: "LR", nodesep: 12, ranksep: 70 });
   graph.setDefaultEdgeLabel(() => ({}));
   cy.nodes().forEach((node) => {
-    graph.setNode(node.id(), { width: node.outerWidth(), height: node.outerHeight() });
+    const [width, height] = nodeSize(node.data("kind"));
+    graph.setNode(node.id(), { width, height });
   });
-  cy.edges().forEach((edge) => graph.setEdge(edge.source().id(), edge.target().id(), {}, edge.id()));
-  dagre.layout(graph, { disableOptimalOrderHeuristic: large });
+  cy.edges().forEach((edge) => graph.setEdge(edge.data("source"), edge.data("target"), {}, edge.id()));
+  dagre.layout(graph);
   cy.nodes().positions((node) => {
     const { x, y } = graph.node(node.id());
     return { x, y };
@@ -377,8 +393,9 @@ function fit(cy, padding = 30) {
   const box = { x1: Infinity, y1: Infinity, x2: -Infinity, y2: -Infinity };
   cy.nodes().forEach((node) => {
     const { x, y } = node.position();
-    const w = node.width() / 2;
-    const h = node.height() / 2;
+    const [width, height] = nodeSize(node.data("kind"));
+    const w = width / 2;
+    const h = height / 2;
     box.x1 = Math.min(box.x1, x - w);
     box.x2 = Math.max(box.x2, x + w);
     box.y1 = Math.min(box.y1, y - h);
@@ -466,7 +483,17 @@ function nodeState(data, queuedOf) {
   return { detail, classes };
 }
 
+// A node's look on the graph from the latest state: its data (the label under its name, its
+// state, a watcher's error) and its classes.
+function nodeLook(data, queuedOf) {
+  const { detail, classes } = nodeState(data, queuedOf);
+  const look = { label: detail ? `${data.name}\n${detail}` : data.name, state: classes.join(" ") };
+  if (data.kind === "watcher") look.error = state.watchers.get(data.id)?.last_error || "";
+  return { look, classes };
+}
+
 // Each node's label and classes from the latest state, on the graph and in the text layer.
+// Only what changed is set: each change is a node styled again.
 function paintGraph() {
   const { queuedFor, queuedOf } = queuedCounts();
   paintTree(queuedOf);
@@ -475,17 +502,17 @@ function paintGraph() {
   cy.batch(() => {
     cy.nodes().forEach((node) => {
       const data = node.data();
-      const { detail, classes } = nodeState(data, queuedOf);
-      if (data.kind === "watcher") node.data("error", state.watchers.get(data.id)?.last_error || "");
-      node.data("label", detail ? `${data.name}\n${detail}` : data.name);
-      node.data("state", classes.join(" "));
-      node.classes(classes);
+      const { look, classes } = nodeLook(data, queuedOf);
+      if (Object.entries(look).some(([key, value]) => data[key] !== value)) {
+        node.data(look);
+        node.classes(classes);
+      }
     });
     cy.edges("[kind = 'input']").forEach((edge) => {
       const source = edge.source().data();
       const members = source.kind === "group" ? source.members : source.kind === "asset" ? [Number(source.id.slice(6))] : [];
       const lit = members.some((id) => queuedFor.has(`${edge.data("pipeline")}|${id}`));
-      edge.toggleClass("lit", lit);
+      if (edge.hasClass("lit") !== lit) edge.toggleClass("lit", lit);
     });
   });
   filterGraph();
@@ -656,14 +683,16 @@ async function refresh() {
   if (state.busy || state.waitingForToken) return;
   state.busy = true;
   try {
-    const assetsRead = state.structure ? null : all("/assets"); // groups, at the first poll
-    const [lineage, watchers, pipelines, runs, events, importErrors] = await Promise.all([
+    // The assets (their groups) are read with the first poll, and again when the lineage's
+    // structure changes; inside the Promise.all, so that a 401 rejects it once, handled.
+    const [lineage, watchers, pipelines, runs, events, importErrors, assetsRead] = await Promise.all([
       api("/lineage"),
       all("/watchers"),
       all("/pipelines"),
       api(`/runs?limit=${PAGE}`),
       api(`/assets/events?limit=${PAGE}`),
       all("/importErrors"),
+      state.structure ? null : all("/assets"),
     ]);
     showImportErrors(importErrors);
     state.watchers = new Map(watchers.map((w) => [`watcher:${w.asset_id}:${w.watcher}`, w]));
@@ -677,7 +706,7 @@ async function refresh() {
     for (const event of events) if (!state.lastEvent.has(event.asset_id)) state.lastEvent.set(event.asset_id, event);
     const structure = JSON.stringify([lineage.nodes.map((n) => n.id), lineage.edges]);
     if (structure !== state.structure) {
-      const assets = await (assetsRead ?? all("/assets"));
+      const assets = assetsRead ?? (await all("/assets"));
       state.groups = new Map(assets.map((a) => [`asset:${a.id}`, a.group]));
       state.structure = structure;
     }
@@ -690,10 +719,10 @@ async function refresh() {
       buildTree(state.elements);
     }
     // The text layer does not wait for the graph's libraries (nor needs them).
-    const cytoscape = await graphLibrary.catch(() => null);
-    if (cytoscape && !state.drawn) {
+    const cy = await graphMounted.catch(() => null);
+    if (cy && !state.drawn) {
       state.drawn = true;
-      drawGraph(cytoscape, state.elements, started);
+      drawGraph(cy, state.elements, started);
     } else {
       paintGraph();
     }
@@ -804,6 +833,9 @@ async function mountCharts(root, specs) {
       plot.spec = spec;
       plot.setData(spec.data);
       if (plot.width !== width) plot.setSize({ width, height: spec.height });
+      // The figure is new at each poll: a pointer resting on the chart keeps its numbers.
+      const hover = holder.closest("figure").querySelector(".chart-hover");
+      if (plot.cursor.idx != null) hover.textContent = spec.describe(plot.cursor.idx);
       continue;
     }
     plot?.destroy();
@@ -897,11 +929,16 @@ function durationsChart(key, timeline) {
   const runs = timeline.runs.filter((run) => run.start_date).reverse();
   const durations = runs.map((run) => run.duration_s);
   const sorted = [...durations].sort((a, b) => a - b);
+  // Its runs' span and a margin (a minute at least): uPlot would span years around one point.
+  const starts = runs.map((run) => Date.parse(run.start_date) / 1000);
+  const first = starts.length ? Math.min(...starts) : Date.now() / 1000 - 3600;
+  const last = starts.length ? Math.max(...starts) : Date.now() / 1000;
+  const margin = Math.max(60, (last - first) * 0.05);
   return {
-    key, height: 120, legend: false,
+    key, height: 120, legend: false, xRange: [first - margin, last + margin],
     caption: runs.length ? `Durations of its last ${runs.length} run(s): median ${sorted[Math.floor(sorted.length / 2)].toFixed(1)}s, longest ${sorted.at(-1).toFixed(1)}s` : "No run has started yet",
     series: [{ label: "duration", stroke: "#4b6cb7", width: 1.5, points: { show: true, size: 6 }, value: (u, v) => (v == null ? "–" : `${v.toFixed(1)}s`) }],
-    data: [runs.map((run) => Date.parse(run.start_date) / 1000), durations],
+    data: [starts, durations],
     describe: (i) => (runs[i] ? `${runs[i].run_id}: ${runs[i].state}, ${durations[i].toFixed(1)}s` : ""),
   };
 }
