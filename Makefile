@@ -53,8 +53,17 @@ typecheck: $(INSTALLED)
 
 # Two workers, each taking whole files (a file's fixtures stay on one worker): the end-to-end
 # tests mostly wait on brokers, JVMs and processes, so two of them share the machine's cores well.
+# The queue providers' end-to-end suites (tests/e2e/providers/) mostly wait on their brokers:
+# they run in a third process beside the two workers of the rest, their output printed after.
 test: lint typecheck ui helm
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
+	mkdir -p var
+	$(BIN)/python -m pytest -p no:cacheprovider -m "not slow" --durations=10 tests/e2e/providers \
+	    > var/test-providers.log 2>&1 & providers=$$!; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" --durations=20 \
+	    --ignore=tests/e2e/providers; rest=$$?; \
+	wait $$providers; own=$$?; \
+	echo "== tests/e2e/providers (beside the rest)"; cat var/test-providers.log; \
+	[ $$rest -eq 0 ] && [ $$own -eq 0 ]
 
 # The suites of minutes each (marked slow: the packages installed in new virtualenvs, every
 # schema upgrade on both stores, a rolling restart): .ci/run runs them after `make test`.

@@ -535,7 +535,7 @@ async def test_queue_provider_that_cannot_be_loaded_fails_its_watchers_alone(
     deployment: Deployment,
 ) -> None:
     """A third party's provider whose import raises: the daemon starts and logs it, and the
-    pipeline file using its scheme is reported naming the entry point."""
+    watcher using its scheme fails, naming the entry point; its file loads."""
     modules = deployment.tmp_path / "modules"
     dist_info = modules / "queue_plugin-1.0.dist-info"
     dist_info.mkdir(parents=True)
@@ -552,14 +552,16 @@ async def test_queue_provider_that_cannot_be_loaded_fails_its_watchers_alone(
         daemon.start()
         [loaded] = await daemon.wait_logged("pipelines_loaded")
         [unusable] = await daemon.wait_logged("queue_provider_unusable")
-        listed = await triggerer_cli(env, "pipelines", "list", "--config", str(config), "--json")
+        listed = await triggerer_cli(env, "watchers", "list", "--config", str(config), "--json")
 
-    assert loaded["errors"] == 1
+    assert loaded["errors"] == 0
     assert unusable["scheme"] == "broken"
     expected = (
         "queue provider 'broken' (triggerer.queue_providers entry point no_such_module:provider)"
         " cannot be loaded: ModuleNotFoundError"
     )
     assert expected in unusable["error"]
-    [broken_file] = json.loads(listed.stdout)
-    assert expected in broken_file["error"], broken_file
+    [watcher] = json.loads(listed.stdout)
+    assert watcher["watcher"] == "queue"
+    assert watcher["state"] == "failed"
+    assert expected in watcher["last_error"], watcher
