@@ -53,20 +53,24 @@ typecheck: $(INSTALLED)
 
 # Two workers, each taking whole files (a file's fixtures stay on one worker): the end-to-end
 # tests mostly wait on brokers, JVMs and processes, so two of them share the machine's cores well.
-# The queue providers' end-to-end suites (tests/e2e/providers/) mostly wait on their brokers:
-# they run in a third process beside the two workers of the rest, their output printed after.
+# The queue providers' suites against their real brokers mostly wait on them: they run in a
+# third process beside the two workers of the rest, their output printed after.
+PROVIDER_TESTS := tests/e2e/providers $(foreach name,nats redis_streams redis_pubsub rabbitmq \
+    pubsub kinesis mqtt,tests/integration/watchers/test_$(name).py)
+
 test: lint typecheck ui helm
 	mkdir -p var
-	$(BIN)/python -m pytest -p no:cacheprovider -m "not slow" --durations=10 tests/e2e/providers \
+	$(BIN)/python -m pytest -p no:cacheprovider -m "not slow" --durations=10 $(PROVIDER_TESTS) \
 	    > var/test-providers.log 2>&1 & providers=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" --durations=20 \
-	    --ignore=tests/e2e/providers; rest=$$?; \
+	    $(addprefix --ignore=,$(PROVIDER_TESTS)); rest=$$?; \
 	wait $$providers; own=$$?; \
-	echo "== tests/e2e/providers (beside the rest)"; cat var/test-providers.log; \
+	echo "== the queue providers' suites (beside the rest)"; cat var/test-providers.log; \
 	[ $$rest -eq 0 ] && [ $$own -eq 0 ]
 
 # The suites of minutes each (marked slow: the packages installed in new virtualenvs, every
-# schema upgrade on both stores, a rolling restart): .ci/run runs them after `make test`.
+# schema upgrade on both stores, a rolling restart, a standalone Spark cluster): .ci/run runs
+# them after `make test`.
 test-slow: $(INSTALLED) ui helm
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m slow
 

@@ -72,7 +72,7 @@ async def restarted(deployment: Deployment, daemon: DaemonProcess) -> models.Tri
     daemon.start()
     await daemon.wait_logged("trigger_failed", timeout_s=30, times=3)
     (row,) = await deployment.wait_for(
-        trigger_rows, lambda rows: rows[0].restart_count >= 3, timeout_s=10
+        trigger_rows, lambda rows: rows[0].restart_count >= 3, timeout_s=60
     )
     assert daemon.process is not None
     assert daemon.process.poll() is None, daemon.tail()
@@ -130,10 +130,10 @@ async def test_trigger_whose_cleanup_raises_lets_the_daemon_stop_cleanly(
         daemon.start()
         await daemon.wait_logged("pipelines_loaded")
         await deployment.wait_for(
-            trigger_rows, lambda rows: rows[0].state == "running", timeout_s=10
+            trigger_rows, lambda rows: rows[0].state == "running", timeout_s=60
         )
         daemon.signal(signal.SIGTERM)
-        assert await daemon.wait(timeout_s=15) == 0, daemon.tail()
+        assert await daemon.wait(timeout_s=45) == 0, daemon.tail()
         (cleanup,) = await daemon.wait_logged("trigger_cleanup_failed")
 
     assert cleanup["error"] == "OSError: connection already closed"
@@ -205,7 +205,7 @@ async def test_dangling_symlinks_in_the_pipelines_folder_are_skipped(
         (pipelines / ".#later.py").symlink_to("someone@host.4242:1700000000")
         deployment.write_pipelines(LATER, name="later.py")
         await deployment.wait_for(
-            lambda s: pipeline_row(s, "later"), lambda row: row is not None, timeout_s=10
+            lambda s: pipeline_row(s, "later"), lambda row: row is not None, timeout_s=60
         )
         (failed, *_) = await daemon.wait_logged("pipeline_file_failed")
 
@@ -441,7 +441,7 @@ async def test_subfolders_removed_while_the_daemon_scans_the_folder_stop_nothing
                 await anyio.to_thread.run_sync(shutil.rmtree, churn)
         deployment.write_pipelines(LATER, name="later.py")
         await deployment.wait_for(
-            lambda s: pipeline_row(s, "later"), lambda row: row is not None, timeout_s=10
+            lambda s: pipeline_row(s, "later"), lambda row: row is not None, timeout_s=60
         )
         assert daemon.process is not None
         assert daemon.process.poll() is None, daemon.tail()

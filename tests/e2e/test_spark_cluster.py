@@ -32,7 +32,7 @@ from tests.e2e.daemon import (
 if TYPE_CHECKING:
     from tests.fixtures.spark import SparkCluster
 
-pytestmark = [pytest.mark.spark_cluster, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.spark_cluster, pytest.mark.timeout(300)]
 
 RUN_TIMEOUT_S = 180.0
 """A run on the cluster: spark-submit's JVM, an executor on the worker, a job; on 2 busy cores."""
