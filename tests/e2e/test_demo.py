@@ -26,7 +26,7 @@ from anyio.streams.text import TextReceiveStream
 
 from deploy.local.services import free_port
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # the whole demo: make test-slow
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

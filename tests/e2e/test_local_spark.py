@@ -31,7 +31,8 @@ from tests.e2e.daemon import (
     write_pipelines,
 )
 
-pytestmark = pytest.mark.timeout(300)
+# Minutes of Spark and processes: make test-slow.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 START_TIMEOUT_S = 180.0
 """A JVM's start on 2 busy cores, and the first job of a cold server."""

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
     from tests.e2e.conftest import MakeDeployment
 
+pytestmark = pytest.mark.slow  # runs on Spark, both stores: make test-slow
+
 TOKEN = "e2e-token"  # noqa: S105 - the token this test configures
 TOTALS = """
     import json

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     from tests.e2e.daemon import Deployment
 
+pytestmark = pytest.mark.slow  # waits out a run's timeout: make test-slow
+
 SLOW = """
     import os, time
     from pathlib import Path

@@ -59,7 +59,10 @@ CHART_MS = 10_000
 FLOW = {("count_orders", "success"), ("publish", "success"), ("matched", "success")}
 """The runs of :func:`run_the_flow`."""
 
-pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
+pytestmark = [
+    pytest.mark.slow,  # a daemon and Chromium per test, minutes in all: make test-slow
+    pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium"),
+]
 
 
 async def graph(page: Page) -> tuple[set[tuple[str, str]], set[tuple[str, str, str]]]:

@@ -133,8 +133,14 @@ async def test_quiet_watchers_show_their_polls_moving_on(
     with deployment.process_with_config(config) as daemon:
         daemon.start()
         await daemon.wait_logged("pipelines_loaded")
+        # Every watcher running (on a busy machine the silent one may still be starting).
         first = await until_listed(
-            daemon, config, lambda ws: all(polled_at(ws, name) for name in POLLING)
+            daemon,
+            config,
+            lambda ws: (
+                all(polled_at(ws, name) for name in POLLING)
+                and all(w["state"] == "running" for w in ws.values())
+            ),
         )
         later = await until_listed(daemon, config, lambda ws: moved_on(first, ws), timeout_s=30)
         async with httpx.AsyncClient(base_url=api_url(daemon), timeout=30) as client:
