@@ -327,6 +327,8 @@ async def serve(
         if len(errors.exceptions) == 1:
             raise errors.exceptions[0] from None
         raise
+    if not started.is_set():  # a signal ended the start
+        log.info("shutdown_complete")
 
 
 async def _serve(
@@ -361,7 +363,9 @@ async def _serve(
             # Nothing is lost: the heartbeat goes stale and the leases expire on their own.
             log.warning("leave_failed", error=str(error).splitlines()[0])
     finally:
-        await engine.dispose()
+        # Also when a signal cancels the start: the connections close, none is left mid-close.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await engine.dispose()
     log.info("shutdown_complete")
 
 
