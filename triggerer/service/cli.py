@@ -277,7 +277,35 @@ async def _run(settings: Settings, _: argparse.Namespace) -> int:
         structlog.get_logger(__name__).critical("daemon_crashed", exc_info=True)
         logging.shutdown()
         os._exit(1)
+    await _end_stray_tasks()
     return 0
+
+
+async def _end_stray_tasks(timeout_s: float = 5.0) -> None:
+    """Cancel what libraries left running once the daemon has stopped, as often as it takes.
+
+    ``asyncio.run`` cancels such a task once and waits for it without end. A signal during the
+    start that cancels a SQLite statement leaves one that a single cancel does not end:
+    SQLAlchemy closes the aiosqlite connection gracefully and stops its thread at once, and the
+    close then waits on that ended thread. Past ``timeout_s`` the process exits anyway: the
+    daemon's work is done, and a daemon that hangs is restarted by nothing.
+    """
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while stray := asyncio.all_tasks() - {asyncio.current_task()}:
+        if loop.time() >= deadline:
+            import structlog
+
+            structlog.get_logger(__name__).warning(
+                "exit_forced", tasks=sorted(task.get_name() for task in stray)
+            )
+            logging.shutdown()
+            os._exit(0)
+        for task in stray:
+            task.cancel()
+        await asyncio.wait(stray, timeout=0.1)
 
 
 async def _db_upgrade(settings: Settings, _: argparse.Namespace) -> int:

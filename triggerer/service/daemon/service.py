@@ -243,8 +243,10 @@ class Service:
         self.supervisor.leases_lost(await self.leases.renew())
         self.supervisor.sample()
         await self.lag_samples.sample(self.supervisor.status)
+        # Copies taken before the write: a state that changes while it is written (starting
+        # -> running) is then written by the next beat, not taken for written.
         changed = {
-            trigger_id: status
+            trigger_id: dataclasses.replace(status)
             for trigger_id, status in self.supervisor.status.items()
             if self._reported.get(trigger_id) != status
         }
@@ -267,9 +269,7 @@ class Service:
                         for trigger_id, status in changed.items()
                     ],
                 )
-            self._reported.update(
-                (trigger_id, dataclasses.replace(status)) for trigger_id, status in changed.items()
-            )
+            self._reported.update(changed)
         await self.recover()
         async with self.sessions() as session:
             queued = await session.execute(
