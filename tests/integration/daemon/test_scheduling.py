@@ -247,6 +247,44 @@ async def test_a_stream_of_wakes_makes_a_pass_per_spacing_not_one_per_wake(
     assert passes - before <= elapsed / 0.05 + 2
 
 
+MANY = (
+    "from triggerer import Asset, pipeline\n"
+    + "".join(
+        f"@pipeline(schedule=Asset('s{n}'))\ndef p{n:02}(spark, context): ...\n" for n in range(20)
+    )
+    + "@pipeline(schedule=Asset('hot'))\ndef zz_hot(spark, context): ...\n"
+)
+
+
+async def test_a_pipeline_woken_during_a_long_pass_does_not_wait_for_its_end(
+    make_harness: Callable[[str], Awaitable[Harness]],
+) -> None:
+    """Was: the wake of an event that came during a pass over a thousand waiting pipelines
+    (the idle sweep) waited for the whole pass, seconds."""
+    harness = await make_harness(MANY)
+    for n in range(20):
+        await harness.emit(f"s{n}")
+    await harness.emit("hot")  # stored, its wake not yet come
+    created: list[int] = []
+
+    def woken_at_the_first_run() -> None:
+        created.append(1)
+        if len(created) == 1:
+            harness.scheduler.wake(["zz_hot"])
+
+    harness.scheduler = Scheduler(
+        harness.sessions, lambda: harness.registry, woken_at_the_first_run
+    )
+    await harness.scheduler.run_once()  # everything, in name order: p00 .. p19, zz_hot
+
+    async with harness.sessions() as session:
+        order = (
+            await session.scalars(select(models.Run.pipeline_id).order_by(models.Run.id))
+        ).all()
+    assert order[:2] == ["p00", "zz_hot"]
+    assert len(order) == 21
+
+
 async def test_redelivered_event_with_same_dedup_key_is_not_stored_twice(harness: Harness) -> None:
     asset_id = next(i for i, asset in harness.registry.assets.items() if asset.name == "c")
     event = NewEvent(asset_id, {}, "trigger", dedup_key="topic/0/7")

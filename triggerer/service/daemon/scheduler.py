@@ -124,10 +124,22 @@ class Scheduler:
             dirty = self._dirty
         self._dirty = set()
         for pipeline_id in sorted(dirty):
-            pipeline = registry.pipelines.get(pipeline_id)
-            if pipeline is not None:
-                await self.schedule(pipeline, registry)
+            # A pipeline woken meanwhile waits for one evaluation, not for the rest of a pass
+            # over a thousand others.
+            await self._schedule_woken(registry)
+            await self._schedule_named(pipeline_id, registry)
         return await self._fire_cron(registry)
+
+    async def _schedule_woken(self, registry: Registry) -> None:
+        while self._dirty:
+            woken, self._dirty = self._dirty, set()
+            for pipeline_id in sorted(woken):
+                await self._schedule_named(pipeline_id, registry)
+
+    async def _schedule_named(self, pipeline_id: str, registry: Registry) -> None:
+        pipeline = registry.pipelines.get(pipeline_id)
+        if pipeline is not None:
+            await self.schedule(pipeline, registry)
 
     async def _with_queued(self, registry: Registry) -> set[str]:
         async with self._sessions() as session:
