@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import event, select
 
-from triggerer.service.config import Settings
+from tests.e2e.daemon import daemon_settings
 from triggerer.service.daemon.service import Service
 from triggerer.service.daemon.supervisor import WatcherStatus
 from triggerer.service.store import models, session_factory
@@ -28,14 +28,7 @@ async def test_a_state_that_changes_during_the_write_is_written_by_the_next_beat
 ) -> None:
     """Was: the beat remembered the state as it was after its write, so a watcher that went
     from starting to running meanwhile said "starting" in the store for good."""
-    settings = Settings.model_validate(
-        {
-            "database": {"url": migrated_database_url},
-            "pipelines": {"dir": tmp_path},
-            "spark": {"mode": "connect", "remote": "sc://127.0.0.1:1", "logs_dir": tmp_path},
-            "api": {"enabled": False},
-        }
-    )
+    settings = daemon_settings(tmp_path, migrated_database_url, "sc://127.0.0.1:1")
     sessions = session_factory(migrated_engine)
     async with sessions.begin() as session:
         trigger = models.Trigger(classpath="t.Trigger", kwargs={}, key="heartbeat-test")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import select
 
-from triggerer.service.config import Settings
+from tests.e2e.daemon import daemon_settings
 from triggerer.service.daemon.service import Service
 from triggerer.service.store import models, session_factory
 from triggerer.service.store.types import utcnow
@@ -27,14 +27,7 @@ if TYPE_CHECKING:
 async def test_runs_of_a_silent_instance_run_again_but_never_its_own(
     migrated_database_url: str, migrated_engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    settings = Settings.model_validate(
-        {
-            "database": {"url": migrated_database_url},
-            "pipelines": {"dir": tmp_path},
-            "spark": {"mode": "connect", "remote": "sc://127.0.0.1:1", "logs_dir": tmp_path},
-            "api": {"enabled": False},
-        }
-    )
+    settings = daemon_settings(tmp_path, migrated_database_url, "sc://127.0.0.1:1")
     sessions = session_factory(migrated_engine)
     service = Service(settings, sessions)
     long_ago = utcnow() - timedelta(hours=1)
