@@ -83,12 +83,16 @@ from triggerer.service.store import create_engine, models, session_factory, upgr
 from triggerer.service.store.types import utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
     from triggerer.service.daemon.service import Service
 
 GOALS = {"slowdown": 1.5}
 WARM = 0.1
 PAGE = 100
 """Rows a list route returns."""
+A_PIPELINE = "p7"
+"""One of the thousand: its runs are a page of ``/runs`` on the empty store."""
 SCHEDULER_PASSES = 5
 API_WARMUP = 3
 HOLD_TIMEOUT_S = 120.0
@@ -104,9 +108,8 @@ async def prepare_store(
     database_url: str, pipelines: Path, events: int
 ) -> tuple[dict[str, Any], Registry]:
     """Migrate, sync the pipelines, write the history of ``events`` events (none: an empty
-    store, but for one page of dead letters, so that both stores' list returns a page) and
-    queue one event of each ``s<i>`` for ``p<i>``: how long each step took, and the synced
-    definitions."""
+    store, but for :func:`_one_page_each`) and queue one event of each ``s<i>`` for ``p<i>``:
+    how long each step took, and the synced definitions."""
     started = time.perf_counter()
     await upgrade(database_url)
     engine = create_engine(database_url)
@@ -131,14 +134,7 @@ async def prepare_store(
     try:
         async with engine.begin() as connection:
             if not events:
-                await connection.execute(
-                    insert(models.DeadLetter),
-                    [
-                        {"source": "rest_api", "dedup_key": f"dead/{n}", "payload": "x" * 100}
-                        | {"reason": "extra: PostgreSQL cannot store a NUL character"}
-                        for n in range(PAGE)
-                    ],
-                )
+                await _one_page_each(connection)
             for key in range(SOURCE_PIPELINES):
                 asset_id, pipeline_id = mapping[key]
                 event_id = await connection.scalar(
@@ -157,6 +153,29 @@ async def prepare_store(
     finally:
         await engine.dispose()
     return result, registry
+
+
+async def _one_page_each(connection: AsyncConnection) -> None:
+    """What the empty store holds for the lists that read only history to answer a page, as
+    the filled one does: :data:`PAGE` dead letters, and as many failed runs of
+    :data:`A_PIPELINE`."""
+    await connection.execute(
+        insert(models.DeadLetter),
+        [
+            {"source": "rest_api", "dedup_key": f"dead/{n}", "payload": "x" * 100}
+            | {"reason": "extra: PostgreSQL cannot store a NUL character"}
+            for n in range(PAGE)
+        ],
+    )
+    await connection.execute(
+        insert(models.Run),
+        [
+            {"run_id": f"{A_PIPELINE}__failed{n}", "pipeline_id": A_PIPELINE, "run_type": "asset"}
+            | {"state": "failed", "try_number": 1, "end_date": utcnow()}
+            | {"error": "the pipeline raised ValueError"}
+            for n in range(PAGE)
+        ],
+    )
 
 
 def _fill_map(registry: Registry) -> dict[int, tuple[int, str]]:
@@ -281,12 +300,12 @@ def routes(started: str, now: str) -> dict[str, str]:
         "runs": "/runs?limit=100",
         "runs_failed": "/runs?state=failed&limit=100",
         "runs_of_hot_pipeline": f"/pipelines/{HOT_PIPELINE}/runs?limit=20",
-        "runs_of_a_pipeline": "/pipelines/p7/runs?limit=20",
+        "runs_of_a_pipeline": f"/pipelines/{A_PIPELINE}/runs?limit=20",
         "pipelines": "/pipelines?limit=1000",
         "dead_letters": f"/dead-letters?limit={PAGE}",
         "lineage": "/lineage",
         "explain_hot_pipeline": f"/pipelines/{HOT_PIPELINE}/explain",
-        "explain_a_pipeline": "/pipelines/p7/explain",
+        "explain_a_pipeline": f"/pipelines/{A_PIPELINE}/explain",
     }
 
 
