@@ -405,3 +405,9 @@ class Deployment:
     ) -> T:
         """Poll the database until ``done``: see :func:`wait_for`."""
         return await wait_for(self.database_url, work, done, timeout_s=timeout_s)
+
+    async def start_watching(self, daemon: DaemonProcess) -> None:
+        """Start ``daemon`` and wait until its one watcher's row says ``running``."""
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await self.wait_for(trigger_rows, lambda rows: rows[0].state == "running", timeout_s=60)

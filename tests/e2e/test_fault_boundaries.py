@@ -127,11 +127,7 @@ async def test_trigger_whose_cleanup_raises_lets_the_daemon_stop_cleanly(
     deployment.write_pipelines(WAITING)
 
     with deployment.process_with_config(deployment.config_file()) as daemon:
-        daemon.start()
-        await daemon.wait_logged("pipelines_loaded")
-        await deployment.wait_for(
-            trigger_rows, lambda rows: rows[0].state == "running", timeout_s=60
-        )
+        await deployment.start_watching(daemon)
         daemon.signal(signal.SIGTERM)
         assert await daemon.wait(timeout_s=45) == 0, daemon.tail()
         (cleanup,) = await daemon.wait_logged("trigger_cleanup_failed")

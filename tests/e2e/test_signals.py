@@ -8,7 +8,7 @@ import signal
 import socket
 from typing import TYPE_CHECKING
 
-from tests.e2e.daemon import Deployment, sqlite_url, trigger_rows, write_pipelines
+from tests.e2e.daemon import Deployment, sqlite_url, write_pipelines
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -62,10 +62,6 @@ async def test_a_task_left_running_by_a_library_does_not_hold_the_exit(tmp_path:
     deployment = Deployment(tmp_path, sqlite_url(tmp_path), "sc://127.0.0.1:1", "", "")
 
     with deployment.process_with_config(deployment.config_file()) as daemon:
-        daemon.start()
-        await daemon.wait_logged("pipelines_loaded")
-        await deployment.wait_for(
-            trigger_rows, lambda rows: rows[0].state == "running", timeout_s=60
-        )
+        await deployment.start_watching(daemon)
         daemon.signal(signal.SIGTERM)
         assert await daemon.wait(timeout_s=60) == 0, daemon.tail()
