@@ -1,5 +1,5 @@
 """The packages: ``python -m build`` makes a wheel and an sdist, both carrying the web UI's
-graph libraries (``make ui`` puts them in the git-ignored ``static/vendor/``); each, installed
+graph libraries (committed in ``static/vendor/``, copied there by ``make ui``); each, installed
 into a new virtualenv, gives a ``triggerer run`` that serves the UI and its lineage graph, run
 from outside the checkout.
 
