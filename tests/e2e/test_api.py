@@ -1,6 +1,6 @@
 """The REST API of ``triggerer run --config FILE``: events posted over REST (also with
 ``triggerer events emit --api``) start PySpark runs; queued events are listed and deleted; a
-paused pipeline gets nothing queued; SIGTERM stops the daemon with its API."""
+paused pipeline holds its queued events and starts no run; SIGTERM stops the daemon with its API."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ async def runs_when(
             await anyio.sleep(0.2)
 
 
-async def test_events_over_rest_start_runs_queues_can_be_cleared_and_pause_stops_queueing(
+async def test_events_over_rest_start_runs_queues_can_be_cleared_and_pause_holds_runs(
     deployment: Deployment,
 ) -> None:
     deployment.write_pipelines(ORDERS + PIPELINES)
@@ -79,7 +79,7 @@ async def test_events_over_rest_start_runs_queues_can_be_cleared_and_pause_stops
             [run] = await runs_when(client, "count_orders", ["success"])
             assert run["events"] == 1
 
-            # Paused: nothing is queued for it.
+            # Paused: its events wait in its queue, and it starts no run.
             patched = await client.patch("/pipelines/count_orders", json={"paused": True})
             assert patched.json()["paused"] is True
 
@@ -98,7 +98,7 @@ async def test_events_over_rest_start_runs_queues_can_be_cleared_and_pause_stops
             assert (await client.get("/pipelines/matched/runs")).json() == []
 
             second = await client.post("/assets/events", json={"uri": "orders"})
-            assert second.json()["queued_for"] == ["matched"]  # count_orders is paused
+            assert second.json()["queued_for"] == ["count_orders", "matched"]
             [matched] = await runs_when(client, "matched", ["success"])
             consumed = (await client.get(f"/runs/{matched['run_id']}")).json()["consumed"]
             assert [(e["uri"], e["source"]) for e in consumed] == [
@@ -106,7 +106,8 @@ async def test_events_over_rest_start_runs_queues_can_be_cleared_and_pause_stops
                 ("orders", "rest_api"),
             ]
             assert consumed[1]["id"] == second.json()["id"]
-            assert (await client.get("/pipelines/count_orders/assets/queuedEvents")).json() == []
+            held = (await client.get("/pipelines/count_orders/assets/queuedEvents")).json()
+            assert [q["event_id"] for q in held] == [second.json()["id"]]
             assert len((await client.get("/pipelines/count_orders/runs")).json()) == 1
             log = await client.get(f"/runs/{run['run_id']}/logs")
             assert log.status_code == 200

@@ -43,7 +43,9 @@ SAYS = {
     "triggerer events list": "order_totals",
     "triggerer explain match_orders_to_customers": "match_orders_to_customers: schedule orders",
     "triggerer pipelines pause total_orders": "pipeline total_orders paused",
-    "triggerer events emit orders": "on orders; queued for match_orders_to_customers",
+    "triggerer events emit orders": "on orders; queued for match_orders_to_customers, total_orders",
+    "triggerer explain total_orders": "paused: no runs start; events are still queued",
+    "triggerer pipelines unpause total_orders": "pipeline total_orders unpaused",
     "triggerer events dead-letters": "(none)",
     "triggerer post kafka orders": "sent 1 message(s) to orders",
     "triggerer post sqs customers": "sent 1 message(s) to customers",
@@ -162,7 +164,15 @@ async def test_the_readmes_commands_run_as_printed_beside_the_demo(tmp_path: Pat
                 out, err = done.stdout.decode(), done.stderr.decode()
                 assert done.returncode == 0, f"{command}\n{out}{err}"
                 assert says(command) in out, f"{command}\n{out}{err}"
+                if by_hand := re.search(r"^event (\d+) on orders", out):
+                    order_by_hand = by_hand[1]
 
+            # The order emitted while total_orders was paused waited, and ran once unpaused.
+            await demo.printed(
+                lambda line: bool(
+                    re.match(rf"  \S+  total_orders__asset__{order_by_hand} +success", line)
+                )
+            )
             # The customer posted by hand, with the order emitted and the one posted, start a
             # second run of match_orders_to_customers; the posted order is stored.
             await demo.printed(

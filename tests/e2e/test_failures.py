@@ -288,7 +288,7 @@ GATED = """
 """
 
 
-async def test_paused_pipeline_queues_nothing_and_runs_again_once_unpaused(
+async def test_a_paused_pipeline_holds_the_events_that_arrive_and_runs_them_once_unpaused(
     deployment: Deployment,
 ) -> None:
     deployment.write_pipelines(ORDERS + GATED)
@@ -300,17 +300,22 @@ async def test_paused_pipeline_queues_nothing_and_runs_again_once_unpaused(
         assert (await deployment.query(lambda s: pipeline_row(s, "gated"))).paused
         await deployment.produce([{"n": 1}])
         await wait_for_runs(deployment, {"ungated": ["success"]})
-        assert await deployment.query(lambda s: queued_events(s, "gated")) == []
+        [held] = await deployment.query(lambda s: queued_events(s, "gated"))
+        explained = await triggerer_cli(env, "explain", "gated")
+        assert "paused: no runs start; events are still queued (1 now)" in explained.stdout.decode()
 
         unpaused = await triggerer_cli(env, "pipelines", "unpause", "gated")
         assert unpaused.returncode == 0, unpaused.stderr
+        await wait_for_runs(deployment, {"ungated": ["success"], "gated": ["success"]})
         await deployment.produce([{"n": 2}])
         finished = await wait_for_runs(
-            deployment, {"ungated": ["success", "success"], "gated": ["success"]}
+            deployment, {"ungated": ["success", "success"], "gated": ["success", "success"]}
         )
 
     orders = await deployment.query(lambda s: events_of(s, "orders"))
     assert [e.extra["payload"]["value"] for e in orders] == [{"n": 1}, {"n": 2}]
-    (gated,) = [r for r in finished if r.pipeline_id == "gated"]
-    # The run after unpausing consumed only the event that arrived after it.
-    assert (await deployment.query(consumed))[gated.run_id] == [orders[1].id]
+    assert held == orders[0].id
+    # The run at the unpause consumed the event held meanwhile; the next, the one after.
+    runs = [r for r in finished if r.pipeline_id == "gated"]
+    by_run = await deployment.query(consumed)
+    assert [by_run[r.run_id] for r in runs] == [[orders[0].id], [orders[1].id]]

@@ -139,12 +139,14 @@ def test_emit_finds_the_asset_by_its_normalised_uri(
     assert "on s3://lake/; queued for load_lake" in out
 
 
-def test_paused_pipeline_is_not_queued_and_unpause_restores_it(
+def test_a_paused_pipeline_is_still_queued_and_explain_says_its_events_wait(
     synced: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_cli(capsys, "pipelines", "pause", "count_orders")[0] == 0
-    assert "queued for no pipeline" in run_cli(capsys, "events", "emit", "orders")[1]
-    assert "paused" in run_cli(capsys, "explain", "count_orders")[1]
+    assert "queued for count_orders" in run_cli(capsys, "events", "emit", "orders")[1]
+    explained = run_cli(capsys, "explain", "count_orders")[1]
+    assert "paused: no runs start; events are still queued (1 now)" in explained
+    assert "triggerer pipelines unpause count_orders" in explained
     assert run_cli(capsys, "pipelines", "unpause", "count_orders")[0] == 0
     assert "queued for count_orders" in run_cli(capsys, "events", "emit", "orders")[1]
 

@@ -126,7 +126,8 @@ async def emit_event(
 
 
 async def set_paused(session: AsyncSession, pipeline_id: str, paused: bool) -> None:
-    """Pause (no events are queued, no runs start) or unpause a pipeline."""
+    """Pause (no runs start; events are still queued for it, and wait) or unpause a
+    pipeline."""
     changed = await session.execute(
         update(models.Pipeline)
         .where(models.Pipeline.pipeline_id == pipeline_id)
@@ -135,7 +136,7 @@ async def set_paused(session: AsyncSession, pipeline_id: str, paused: bool) -> N
     if changed.rowcount != 1:  # type: ignore[attr-defined]  # CursorResult
         raise NotFound(f"pipeline {pipeline_id!r} does not exist (see 'pipelines list')")
     if not paused:
-        # Events queued before the pause may be enough for a run now.
+        # Events queued before or during the pause may be enough for a run now.
         await notify_queued(session, [pipeline_id])
 
 

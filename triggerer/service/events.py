@@ -18,7 +18,6 @@ from sqlalchemy import (
     BindParameter,
     CompoundSelect,
     Table,
-    and_,
     bindparam,
     insert,
     select,
@@ -133,9 +132,10 @@ class Recorded:
 async def record_events(session: AsyncSession, new_events: Sequence[NewEvent]) -> Recorded:
     """Insert ``new_events`` (skipping any whose ``(asset, dedup_key)`` exists) and queue them.
 
-    The caller commits. Queue rows go to every active, unpaused pipeline scheduled on the
-    event's asset, directly or through an alias the asset was added to; partitioned events go
-    only to partitioned pipelines and plain events only to plain ones.
+    The caller commits. Queue rows go to every active pipeline scheduled on the event's asset
+    (a paused one holds them until it is unpaused), directly or through an alias the asset was
+    added to; partitioned events go only to partitioned pipelines and plain events only to
+    plain ones.
     """
     if not new_events:
         return Recorded([], [], {})
@@ -284,7 +284,8 @@ def _consumers_statement() -> CompoundSelect[int, str, bool]:
     """(asset id, pipeline id, partitioned) of the pipelines consuming the assets of the
     expanding parameter ``asset_ids`` now, directly or through an alias."""
     asset_ids: BindParameter[list[int]] = bindparam("asset_ids", expanding=True)
-    consuming = and_(Pipeline.paused.is_(False), Pipeline.is_active.is_(True))
+    # Paused pipelines are queued too: pausing holds runs, it does not drop the pipeline's data.
+    consuming = Pipeline.is_active.is_(True)
     direct = (
         select(PipelineAssetRef.asset_id, Pipeline.pipeline_id, Pipeline.partitioned)
         .join(Pipeline, Pipeline.pipeline_id == PipelineAssetRef.pipeline_id)

@@ -120,7 +120,11 @@ def _reasons(explained: Explanation) -> list[str]:
     if not explained.active:
         reasons.append(f"inactive: its file {explained.fileloc} no longer defines it")
     if explained.paused:
-        reasons.append("paused: no events are queued and no runs start")
+        waiting = sum(s.queued_events for s in explained.assets)
+        reasons.append(
+            f"paused: no runs start; events are still queued ({waiting} now) and wait for "
+            f"'triggerer pipelines unpause {explained.pipeline_id}'"
+        )
     if explained.error:
         reasons.append(f"failing since {explained.error_at}: {explained.error}")
     missing = [s.name for s in explained.assets if not s.queued_events]

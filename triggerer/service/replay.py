@@ -209,8 +209,8 @@ async def _pipelines(
             raise Refused(f"pipeline {pipeline_id!r} is inactive: its file no longer defines it")
         if pipeline.paused:
             raise Conflict(
-                f"pipeline {pipeline_id!r} is paused: unpause it first (a paused pipeline gets "
-                "no queued events)"
+                f"pipeline {pipeline_id!r} is paused: unpause it first (a replay predicts the "
+                "runs it starts, and a paused pipeline starts none)"
             )
         return [pipeline], []
     active = [c for c in consumers if c.is_active]

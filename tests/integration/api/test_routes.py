@@ -277,12 +277,13 @@ async def test_pipelines_count_their_queued_events_by_asset(api: Api) -> None:
     assert one["queued_by_asset"] == listed["matched"]
 
 
-async def test_pause_stops_queueing_and_unpause_wakes_the_scheduler(api: Api) -> None:
+async def test_pause_holds_queued_events_and_unpause_wakes_the_scheduler(api: Api) -> None:
     paused = await api.client.patch("/pipelines/count_orders", json={"paused": True})
     assert (paused.status_code, paused.json()["paused"]) == (200, True)
-    assert (await emit(api, "orders"))["queued_for"] == ["matched"]
+    assert sorted((await emit(api, "orders"))["queued_for"]) == ["count_orders", "matched"]
     assert (
-        "paused: no events are queued and no runs start"
+        "paused: no runs start; events are still queued (1 now) and wait for "
+        "'triggerer pipelines unpause count_orders'"
         in (await api.client.get("/pipelines/count_orders/explain")).json()["reasons"]
     )
     assert [p["pipeline_id"] for p in (await api.client.get("/pipelines?paused=true")).json()] == [

@@ -171,8 +171,7 @@ class SchedulerModel(RuleBasedStateMachine):
             for pipeline_id, definition in self.definitions.items():
                 condition = CONDITIONS[definition.condition]
                 if (
-                    not self.paused[pipeline_id]
-                    and ASSETS[asset] in set(condition.iter_assets())
+                    ASSETS[asset] in set(condition.iter_assets())
                     and definition.partitioned == (partition_key is not None)
                 ):
                     self.pending[pipeline_id].add(event_id)

@@ -178,7 +178,7 @@ async def test_max_active_runs_keeps_events_queued_for_the_next_run(harness: Har
     assert await harness.queued("one_at_a_time") == 0
 
 
-async def test_paused_pipeline_gets_no_queue_rows(harness: Harness) -> None:
+async def test_a_paused_pipeline_holds_its_queue_rows_and_starts_no_run(harness: Harness) -> None:
     async with harness.sessions.begin() as session:
         await session.execute(
             update(models.Pipeline)
@@ -186,7 +186,8 @@ async def test_paused_pipeline_gets_no_queue_rows(harness: Harness) -> None:
             .values(paused=True)
         )
     await harness.emit("c")
-    assert await harness.queued("each_c") == 0
+    assert await harness.queued("each_c") == 1
+    assert await harness.schedule("each_c") == 0
     assert await harness.queued("one_at_a_time") == 1
 
 

@@ -58,7 +58,7 @@ async def get_pipeline(context: Context, pipeline_id: PipelineId) -> PipelineRow
 async def patch_pipeline(
     context: Context, pipeline_id: PipelineId, patch: PipelinePatch
 ) -> PipelineRow:
-    """Pause (no events are queued for it, no runs start) or unpause."""
+    """Pause (no runs start; its events are still queued, and wait) or unpause."""
     async with context.transaction() as session:
         await actions.set_paused(session, pipeline_id, patch.paused)
         row = await queries.pipeline(session, pipeline_id)
