@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import logging
@@ -21,7 +22,7 @@ import pytest
 import structlog
 
 from triggerer.service.api.schemas import CreatedEvent
-from triggerer.service.cli import main
+from triggerer.service.cli import _parser, main
 from triggerer.service.config import current_settings
 from triggerer.service.daemon.registry import sync_definitions
 from triggerer.service.dead_letters import Unstorable, record_dead_letters
@@ -506,3 +507,27 @@ def test_ctrl_c_during_a_command_exits_130_without_a_traceback(cli_database: str
                 cli.send_signal(signal.SIGINT)
                 out, err = cli.communicate(timeout=60)
     assert (cli.returncode, out, err) == (128 + signal.SIGINT, b"", b"")
+
+
+def _help_texts(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> Iterator[tuple[str, str]]:
+    """(the verb's words, its --help) of the parser and of every verb under it."""
+    yield " ".join(words), parser.format_help()
+    for action in parser._actions:  # argparse lists its subcommands nowhere else
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _help_texts(sub, (*words, name))
+
+
+def test_every_help_text_is_plain_text_without_docstring_markup() -> None:
+    shown = subprocess.run(  # noqa: S603 - our own command, a fixed argv
+        [Path(sys.executable).parent / "triggerer", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "Run the triggerer daemon, inspect it and drive it." in shown
+    for words, text in [("", shown), *_help_texts(_parser())]:
+        for markup in ("``", ":class:", ":func:", ":mod:"):
+            assert markup not in text, f"triggerer {words} --help shows {markup!r}:\n{text}"

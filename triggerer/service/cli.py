@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from triggerer.service.config import Settings
     from triggerer.service.events import Recorded
     from triggerer.service.explain import Explanation
-    from triggerer.service.views import View
+    from triggerer.service.views import View, WatcherRow
 
     Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
     ReadRows = Callable[[AsyncSession, argparse.Namespace], Awaitable[Sequence[View]]]
@@ -84,8 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    summary = (__doc__ or "").partition("\n\n")[0]  # the rest is for readers of the code
-    parser = argparse.ArgumentParser(prog="triggerer", description=summary)
+    parser = argparse.ArgumentParser(
+        prog="triggerer", description="Run the triggerer daemon, inspect it and drive it."
+    )
     parser.add_argument("--config", help="config file (default: $TRIGGERER_CONFIG)")
     verbs = parser.add_subparsers(metavar="COMMAND")
 
@@ -463,6 +464,7 @@ WATCHER_COLUMNS = (
     "restarts",
     "lag",
     "consumer_group",
+    "last_error_at",
     "last_error",
 )
 EVENT_COLUMNS = ("id", "uri", "source", "timestamp", "partition_key", "extra")
@@ -532,9 +534,22 @@ async def _assets_rows(session: AsyncSession, arguments: argparse.Namespace) -> 
 
 
 async def _watchers_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
+    """The watchers (as ``GET /watchers``); in the table, an error the watcher is not failing
+    of now says it is history: ``recovered from: ...`` once it has polled since, else
+    ``earlier: ...``."""
     from triggerer.service import queries
 
-    return await queries.watchers(session, limit=arguments.limit)
+    watchers = await queries.watchers(session, limit=arguments.limit)
+    if arguments.json:
+        return watchers
+    return [
+        _error_as_history(row) if row.last_error and not row.failing else row for row in watchers
+    ]
+
+
+def _error_as_history(row: WatcherRow) -> WatcherRow:
+    said = "recovered from" if row.recovered else "earlier"
+    return row.model_copy(update={"last_error": f"{said}: {row.last_error}"})
 
 
 async def _events_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
