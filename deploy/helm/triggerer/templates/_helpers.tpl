@@ -90,6 +90,66 @@ checksum of it (deployment.yaml renders secret.yaml again) see the same token.
 {{- if or (not .Values.api.existingSecret) (and (eq .Values.database.type "postgresql") (not .Values.database.existingSecret)) }}true{{ end }}
 {{- end }}
 
+{{/* Whether pods are replaced one at a time (updateStrategy.type RollingUpdate). */}}
+{{- define "triggerer.rollingUpdate" -}}
+{{- if eq .Values.updateStrategy.type "RollingUpdate" }}true{{ end }}
+{{- end }}
+
+{{/*
+The check that lets RollingUpdate run old and new daemons side by side only on one schema: the
+pre-upgrade hook Job and each new pod's init container run it with the image of the upgrade.
+A database at the image's schema revision passes; a new one (no revision: no daemon runs on
+it) is migrated; any other revision fails, changing nothing. On PostgreSQL only, from
+TRIGGERER_DATABASE__URL.
+*/}}
+{{- define "triggerer.schemaCheckCommand" -}}
+- python3
+- -c
+- |
+  import asyncio, os, sys
+  from triggerer.service.store import current_revision, head_revision, upgrade
+  url = os.environ["TRIGGERER_DATABASE__URL"]
+  revision, schema = asyncio.run(current_revision(url)), head_revision()
+  if revision is None:
+      asyncio.run(upgrade(url))
+      print(f"schema check: a new database, migrated to revision {schema}")
+  elif revision != schema:
+      sys.exit(
+          f"schema check: the database is at schema revision {revision}, this image's schema"
+          f" is {schema}: updateStrategy.type RollingUpdate would run old and new daemons side"
+          " by side across a schema change. Nothing was changed. Upgrade with --set"
+          " updateStrategy.type=Recreate: every daemon stops, then the new ones migrate the"
+          " database and start. A database past this image's schema needs the backup taken"
+          " before its upgrade (docs/deploy.md, Upgrades)."
+      )
+  else:
+      print(f"schema check: the database is at this image's schema, revision {schema}")
+{{- end }}
+
+{{/*
+Where the replicas go: topologySpreadConstraints, or with none given (null) and more than one
+replica, one pod a node and a zone as far as the cluster allows. ScheduleAnyway: a preference,
+never a pod left Pending. matchLabelKeys counts only the pods of this rollout's ReplicaSet.
+*/}}
+{{- define "triggerer.topologySpreadConstraints" -}}
+{{- if not (kindIs "invalid" .Values.topologySpreadConstraints) }}
+{{- with .Values.topologySpreadConstraints }}
+{{- toYaml . }}
+{{- end }}
+{{- else if gt (int .Values.replicaCount) 1 }}
+{{- range $key := list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
+- maxSkew: 1
+  topologyKey: {{ $key }}
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      {{- include "triggerer.daemonSelectorLabels" $ | nindent 6 }}
+  matchLabelKeys:
+    - pod-template-hash
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "triggerer.isKubernetesSubmit" -}}
 {{- if and (eq .Values.spark.mode "submit") (hasPrefix "k8s://" (include "triggerer.sparkMaster" .)) }}true{{ end }}
 {{- end }}
@@ -126,6 +186,14 @@ Every template that depends on them includes this.
 {{- end }}
 {{- if and (eq $db.type "postgresql") $db.url (not (hasPrefix "postgresql" $db.url)) }}
 {{- fail "database.url must be a PostgreSQL URL, postgresql://user:password@host:5432/db" }}
+{{- end }}
+{{- if and (include "triggerer.rollingUpdate" .) (ne $db.type "postgresql") }}
+{{- fail "updateStrategy.type RollingUpdate needs database.type postgresql: SQLite is one file for one daemon, so the old pod must stop before the new one opens it. Set updateStrategy.type: Recreate" }}
+{{- end }}
+{{- if .Values.ingress.enabled }}
+{{- if not .Values.ingress.hosts }}
+{{- fail "ingress.enabled needs ingress.hosts: [{host: triggerer.example.com, paths: [{path: /, pathType: Prefix}]}]" }}
+{{- end }}
 {{- end }}
 {{- if and (eq $db.type "sqlite") (or $db.url $db.existingSecret) }}
 {{- fail "database.url and database.existingSecret are for PostgreSQL: set database.type: postgresql (SQLite's file is database.sqlitePath)" }}
@@ -244,6 +312,16 @@ the chart decides itself set over it. Each section's plain keys, then its tables
 {{- define "triggerer.env" -}}
 - name: TRIGGERER_CONFIG
   value: /etc/triggerer/triggerer.toml
+{{- include "triggerer.databaseEnv" . }}
+- name: TRIGGERER_API__TOKENS
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "triggerer.apiSecretName" . }}
+      key: {{ include "triggerer.apiTokensKey" . }}
+{{- include "triggerer.userEnv" . }}
+{{- end }}
+
+{{- define "triggerer.databaseEnv" -}}
 {{- if eq .Values.database.type "postgresql" }}
 - name: TRIGGERER_DATABASE__URL
   valueFrom:
@@ -251,11 +329,10 @@ the chart decides itself set over it. Each section's plain keys, then its tables
       name: {{ include "triggerer.databaseSecretName" . }}
       key: {{ include "triggerer.databaseSecretKey" . }}
 {{- end }}
-- name: TRIGGERER_API__TOKENS
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "triggerer.apiSecretName" . }}
-      key: {{ include "triggerer.apiTokensKey" . }}
+{{- end }}
+
+{{/* secretEnv and extraEnv: also what reaching the database may need (PGSSLROOTCERT, ...). */}}
+{{- define "triggerer.userEnv" -}}
 {{- range .Values.secretEnv }}
 - name: {{ .name | quote }}
   valueFrom:
