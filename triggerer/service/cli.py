@@ -345,6 +345,7 @@ async def _db_clean(settings: Settings, arguments: argparse.Namespace) -> int:
         + ("would delete (dry run: nothing deleted):" if arguments.dry_run else "deleted:")
     )
     _say(f"  {counts['runs']} runs")
+    _say(f"  {counts['log_chunks']} log chunks (their logs in the store)")
     _say(f"  {counts['log_folders']} log folders")
     kept = (
         f" ({done.kept_events} more kept: queued for a pipeline, or consumed by a run that has "
@@ -719,17 +720,17 @@ async def _runs_rows(session: AsyncSession, arguments: argparse.Namespace) -> Se
 
 
 async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
-    import anyio
+    """The run's log from the store, whichever daemon ran it; an empty one says why on
+    stderr (exit 0: the run exists)."""
+    from triggerer.service import run_logs
 
-    from triggerer.service import queries
+    async def work(session: AsyncSession) -> run_logs.RunLog:
+        return await run_logs.read(session, arguments.run_id)
 
-    async def work(session: AsyncSession) -> str | None:
-        return (await queries.run_model(session, arguments.run_id)).log_path
-
-    log_path = await _with_session(settings, work)
-    if log_path is None or not await anyio.Path(log_path).is_file():
-        raise CliError(f"run {arguments.run_id!r} has no log yet")
-    sys.stdout.write(await anyio.Path(log_path).read_text(errors="replace"))
+    found = await _with_session(settings, work)
+    sys.stdout.write(found.text)
+    if found.reason is not None:
+        sys.stderr.write(f"run {arguments.run_id} has no log: {found.reason}\n")
     return 0
 
 

@@ -197,8 +197,14 @@ def default_parallelism() -> int:
     return max(1, min(cores, int(memory_gib // 2)))
 
 
+MIB = 1024 * 1024
+
+
 class RunsSettings(_Section):
     parallelism: int = Field(default_factory=default_parallelism, ge=1)
+    # The most of a try's log the store keeps: its first quarter and last three quarters, the
+    # middle cut (daemon/log_shipping.py). At least 4 KiB, at most 1 GiB.
+    log_max_bytes: int = Field(default=4 * MIB, ge=4096, le=1024 * MIB)
 
 
 class DaemonSettings(_Section):

@@ -144,7 +144,8 @@ OPENLINEAGE_EVENTS = Counter(
 )
 RETENTION_DELETED = Counter(
     "triggerer_retention_deleted",
-    "What retention deleted from the store, by kind (runs, log_folders, events, dead_letters)",
+    "What retention deleted from the store, by kind (runs, log_chunks, log_folders, events, "
+    "dead_letters)",
     ["kind"],
 )
 

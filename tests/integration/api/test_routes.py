@@ -400,23 +400,41 @@ async def test_runs_are_cancelled_and_finished_ones_rerun_on_the_same_events(api
     assert [r["run_id"] for r in story["consumed_by"]] == [queued["run_id"], created["run_id"]]
 
 
-async def test_run_log_is_text_once_written(api: Api, tmp_path: Path) -> None:
+async def test_a_run_log_is_text_from_the_store_and_an_empty_one_says_why(
+    api: Api, tmp_path: Path
+) -> None:
     run_id = (await api.client.post("/pipelines/nightly/runs")).json()["run_id"]
     response = await api.client.get(f"/runs/{run_id}/logs")
-    assert (response.status_code, response.json()["detail"]) == (
-        404,
-        f"run {run_id!r} has no log yet",
+    assert (response.status_code, response.text) == (200, "")
+    assert response.headers["Triggerer-Log-Empty"] == "not_started"
+    assert response.headers["Triggerer-Log-Empty-Reason"] == (
+        "the run has not started yet: it is queued"
     )
+
+    # A run from before the store kept logs: its file, where this daemon has it.
     log = tmp_path / "run.log"
     log.write_text("spark says hello\n")
     async with api.sessions.begin() as session:
-        await session.execute(
-            update(models.Run).where(models.Run.run_id == run_id).values(log_path=str(log))
+        run_pk = await session.scalar(
+            update(models.Run)
+            .where(models.Run.run_id == run_id)
+            .values(log_path=str(log), state="success", try_number=1)
+            .returning(models.Run.id)
         )
     response = await api.client.get(f"/runs/{run_id}/logs")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     assert response.text == "spark says hello\n"
+    assert "Triggerer-Log-Empty" not in response.headers
+
+    # The store holds the truth once it has the run's log.
+    async with api.sessions.begin() as session:
+        session.add_all(
+            models.RunLogChunk(run_pk=run_pk, try_number=1, seq=seq, position=at, data=data)
+            for seq, (at, data) in enumerate([(0, b"from the store, "), (16, "café\n".encode())])
+        )
+    response = await api.client.get(f"/runs/{run_id}/logs")
+    assert response.text == "from the store, café\n"
 
 
 async def test_watchers_lineage_and_dead_letters(api: Api) -> None:

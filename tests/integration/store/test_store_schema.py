@@ -36,6 +36,7 @@ from triggerer.service.store.models import (
     QueuedEvent,
     Run,
     RunEvent,
+    RunLogChunk,
     Trigger,
     asset_identity_key,
     trigger_key,
@@ -249,6 +250,44 @@ async def test_cancelled_runs_and_reruns_go_with_a_downgrade(database_url: str) 
             assert links.all() == [(first, event.id)]
             runs = await conn.execute(select(Run.run_id, Run.state, Run.error).order_by(Run.id))
             assert runs.all() == [("r1", "success", None), ("r2", "failed", "cancelled")]
+    finally:
+        await engine.dispose()
+
+
+async def test_a_runs_log_chunks_go_with_the_run_and_with_a_downgrade(database_url: str) -> None:
+    """Revision 0015 keeps runs' logs in the store; deleting a run deletes its log, and a
+    downgrade the table (an older build reads the files)."""
+    await upgrade(database_url)
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            await _add(session, _pipeline("report"))
+            gone, kept = _run("r1", "report"), _run("r2", "report")
+            await _add(session, gone, kept)
+            await _add(
+                session,
+                *(
+                    RunLogChunk(run_pk=run.id, try_number=1, seq=seq, position=seq, data=b"x")
+                    for run in (gone, kept)
+                    for seq in range(3)
+                ),
+                RunLogChunk(run_pk=kept.id, try_number=2, seq=0, position=0, data=b"\x00\xff"),
+            )
+            await session.execute(delete(Run).where(Run.id == gone.id))
+            await session.commit()
+            left = await session.execute(
+                select(RunLogChunk.run_pk, RunLogChunk.try_number, RunLogChunk.data)
+            )
+            assert sorted(tuple(row) for row in left.all()) == [
+                (kept.id, 1, b"x"),
+                (kept.id, 1, b"x"),
+                (kept.id, 1, b"x"),
+                (kept.id, 2, b"\x00\xff"),  # bytes as the run wrote them, NUL included
+            ]
+        async with engine.connect() as conn:
+            await conn.run_sync(_downgrade, "0014")
+        assert "run_log_chunk" not in await _table_names(database_url)
+        assert await current_revision(database_url) == "0014"
     finally:
         await engine.dispose()
 

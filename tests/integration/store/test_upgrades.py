@@ -31,7 +31,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.expression import ColumnClause
 
 from tests.fixtures.database import _create_database, _drop_database, _new_database_name
-from triggerer.service import queries
+from triggerer.service import queries, run_logs
 from triggerer.service.events import NewEvent, record_events
 from triggerer.service.store import create_engine, head_revision, session_factory, upgrade
 from triggerer.service.store.migrate import MIGRATIONS_DIR, VERSION_TABLE, alembic_config
@@ -632,6 +632,11 @@ async def _assert_the_daemon_reads_and_records(url: str, start: str) -> None:
                 run.run_id: len(run.consumed) for run in RUNS
             }
             assert runs["r-failed"].error == "ValueError: bad row"
+            # 0015: a run from before the store kept logs says so, naming its file.
+            old_log = await run_logs.read(session, "r-success")
+            assert (old_log.text, old_log.empty) == ("", run_logs.Empty.NOT_KEPT)
+            assert "(/var/log/r-success)" in (old_log.reason or "")
+            assert (await run_logs.read(session, "r-queued")).empty == run_logs.Empty.NOT_STARTED
             consumed = (await queries.run(session, "r-success")).consumed
             assert [event.extra for event in consumed] == [EVENTS[0].extra]
 

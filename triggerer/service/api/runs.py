@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Depends, Query, status
 from fastapi.responses import PlainTextResponse
 
-from triggerer.service import actions, queries
+from triggerer.service import actions, queries, run_logs
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED, as_json
 from triggerer.service.api.schemas import PIPELINE_ID, Limit, Offset, RunId, Since
-from triggerer.service.queries import NotFound
 from triggerer.service.store.models import RunState
 from triggerer.service.views import RunDetail, RunRow
 
@@ -75,19 +73,41 @@ async def rerun(context: Context, run_id: RunId) -> RunDetail:
     return created
 
 
+EMPTY_HEADER = "Triggerer-Log-Empty"
+"""The header of an empty log's answer saying why it is empty: a :class:`run_logs.Empty`."""
+REASON_HEADER = "Triggerer-Log-Empty-Reason"
+"""The header of an empty log's answer saying why in a sentence."""
+
+
 @router.get(
     "/{run_id}/logs",
     response_class=PlainTextResponse,
     responses={
         **as_json({**PROTECTED, **NOT_FOUND}),
-        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "headers": {
+                EMPTY_HEADER: {
+                    "description": "Only when the log is empty: why",
+                    "schema": {"type": "string", "enum": list(run_logs.Empty)},
+                },
+                REASON_HEADER: {
+                    "description": "Only when the log is empty: why, in a sentence",
+                    "schema": {"type": "string"},
+                },
+            },
+        },
     },
 )
 async def get_run_log(context: Context, run_id: RunId) -> PlainTextResponse:
-    """The log of the run's latest try, as text."""
+    """The log of the run's latest try, as text, from the store (whichever daemon ran it); a
+    part the size cap cut is one line saying so. An empty log comes with the
+    ``Triggerer-Log-Empty`` header saying why (``not_started``, ``cancelled_before_start``,
+    ``no_output_yet``, ``no_output``, ``not_kept``) and ``Triggerer-Log-Empty-Reason`` saying it
+    in a sentence."""
     async with context.transaction() as session:
-        log_path = (await queries.run_model(session, run_id)).log_path
-    path = anyio.Path(log_path) if log_path else None
-    if path is None or not await path.is_file():
-        raise NotFound(f"run {run_id!r} has no log yet")
-    return PlainTextResponse(await path.read_text(errors="replace"))
+        found = await run_logs.read(session, run_id)
+    headers = {}
+    if found.empty is not None and found.reason is not None:
+        headers = {EMPTY_HEADER: found.empty.value, REASON_HEADER: found.reason}
+    return PlainTextResponse(found.text, headers=headers)

@@ -32,6 +32,7 @@ from triggerer.assets import Asset, AssetAlias
 from triggerer.service import lifeline, metrics, runner
 from triggerer.service.daemon.backoff import until_stored
 from triggerer.service.daemon.inlets import serving as inlet_events
+from triggerer.service.daemon.log_shipping import LogShipper
 from triggerer.service.daemon.registry import (
     DefinitionChanges,
     Registry,
@@ -234,20 +235,20 @@ class Launcher:
                 log_path = folder / f"try-{run.try_number}.log"
                 log.info("run_started", pipeline_id=run.pipeline_id, try_number=run.try_number)
                 self._lineage.run_started(run_pk, run.try_number)
-                if spec is None:
-                    ended = Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
-                else:
-                    pipeline = self._registry().pipelines.get(run.pipeline_id)
-                    timeout_s = None if pipeline is None else pipeline.timeout_s
-                    inlets = [] if pipeline is None else pipeline.inlets
-                    try:
-                        ended = await self._run_child(
-                            spec, folder, log_path, run.try_number, timeout_s, inlets
-                        )
-                    except ForkerUnavailable as error:  # a try that failed, as any other
-                        ended = Ended(error=str(error))
-                    except OSError as error:  # its folder or process could not be made
-                        ended = Ended(error=f"the run could not start: {error}")
+                shipper = LogShipper(
+                    self._sessions,
+                    run_pk,
+                    run.try_number,
+                    log_path,
+                    self._settings.runs.log_max_bytes,
+                )
+                await shipper.begin()
+                try:
+                    ended = await self._try(run, spec, folder, shipper)
+                finally:
+                    # The whole log is in the store before the try's end is recorded.
+                    with anyio.CancelScope(shield=True):
+                        await shipper.finish()
             # Recorded even when shutdown interrupted the run (it is queued to run again), and
             # however long the store is away: a run is never left running with no process.
             with anyio.CancelScope(shield=True):
@@ -271,6 +272,22 @@ class Launcher:
                 self._idle.set()
             self.wake()  # a slot is free for the next queued run
 
+    async def _try(
+        self, run: models.Run, spec: RunSpec | None, folder: Path, shipper: LogShipper
+    ) -> Ended:
+        """Run one try of ``run`` in a child process, its log shipped by ``shipper``."""
+        if spec is None:
+            return Ended(error=f"pipeline {run.pipeline_id!r} is no longer defined")
+        pipeline = self._registry().pipelines.get(run.pipeline_id)
+        timeout_s = None if pipeline is None else pipeline.timeout_s
+        inlets = [] if pipeline is None else pipeline.inlets
+        try:
+            return await self._run_child(spec, folder, shipper, run.try_number, timeout_s, inlets)
+        except ForkerUnavailable as error:  # a try that failed, as any other
+            return Ended(error=str(error))
+        except OSError as error:  # its folder or process could not be made
+            return Ended(error=f"the run could not start: {error}")
+
     async def _read(self, run_pk: int) -> tuple[models.Run, RunSpec | None]:
         """The claimed run, and the spec its child process runs (``None``: no such pipeline)."""
         async with self._sessions() as session:
@@ -284,7 +301,7 @@ class Launcher:
         self,
         spec: RunSpec,
         folder: Path,
-        log_path: Path,
+        shipper: LogShipper,
         try_number: int,
         timeout_s: float | None,
         inlets: Sequence[Asset],
@@ -299,7 +316,7 @@ class Launcher:
             # the try has ended (the child reads it as it starts).
             await anyio.to_thread.run_sync(_write_private, spec_path, msgspec.json.encode(spec))
             try:
-                return await self._run_process(spec, spec_path, result_path, log_path, timeout_s)
+                return await self._run_process(spec, spec_path, result_path, shipper, timeout_s)
             finally:
                 with anyio.CancelScope(shield=True):
                     await anyio.Path(spec_path).unlink(missing_ok=True)
@@ -309,9 +326,10 @@ class Launcher:
         spec: RunSpec,
         spec_path: Path,
         result_path: Path,
-        log_path: Path,
+        shipper: LogShipper,
         timeout_s: float | None,
     ) -> Ended:
+        log_path = shipper.path
         process: Process
         if spec.spark.mode == "connect":
             process = await self._run_forks.start_run(spec_path, result_path, log_path)
@@ -329,7 +347,7 @@ class Launcher:
                 )
         try:
             with anyio.move_on_after(math.inf if timeout_s is None else timeout_s) as limit:
-                returncode = await process.wait()
+                returncode = await shipper.while_waiting(process.wait)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await terminate(process)

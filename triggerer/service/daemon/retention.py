@@ -3,8 +3,8 @@
 Three kinds age out, each after its own ``[retention]`` days (``0`` keeps that kind):
 
 - **runs** that are over (success, failed, cancelled) and ended before their cut-off, with
-  their log folders (``[spark] logs_dir/<pipeline_id>/<run_id>``) and the links to the events
-  they consumed;
+  their logs in the store (``run_log_chunk``), their log folders (``[spark]
+  logs_dir/<pipeline_id>/<run_id>``) and the links to the events they consumed;
 - **events** stored before their cut-off, except those still needed: queued for a pipeline,
   or consumed by a run that has not ended;
 - **dead letters** written before their cut-off.
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from sqlalchemy import ColumnElement, delete, func, select
+from sqlalchemy import ColumnElement, delete, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service import metrics
@@ -42,7 +42,7 @@ log = structlog.get_logger(__name__)
 
 LEASE = "retention"
 """The lease whose holder runs the passes: one instance at a time."""
-KINDS = ("runs", "log_folders", "events", "dead_letters")
+KINDS = ("runs", "log_chunks", "log_folders", "events", "dead_letters")
 """What retention deletes, as counted in its log lines, metrics and ``db clean``'s output."""
 
 Counts = dict[str, int]
@@ -50,6 +50,7 @@ Counts = dict[str, int]
 
 _EVENT = models.AssetEvent
 _RUN = models.Run
+_LOG_CHUNK = models.RunLogChunk
 _DEAD_LETTER = models.DeadLetter
 
 
@@ -176,8 +177,9 @@ async def clean(
 
 
 async def _clean_runs(batches: _Batches, cutoff: datetime, logs_dir: Path) -> None:
-    """Ended runs, oldest end first: their log folders, then their rows (a folder is never
-    left behind by a row deleted before it; a row whose folder went is deleted next batch)."""
+    """Ended runs, oldest end first: their log folders, their logs in the store, then their
+    rows (a folder is never left behind by a row deleted before it; a row whose folder went is
+    deleted next batch)."""
     candidates = (
         select(_RUN.id, _RUN.pipeline_id, _RUN.run_id, _RUN.log_path)
         .where(_old_runs(cutoff))
@@ -192,14 +194,39 @@ async def _clean_runs(batches: _Batches, cutoff: datetime, logs_dir: Path) -> No
             return
         folders = _folders_of(logs_dir, [row[1:] for row in rows])
         removed = await anyio.to_thread.run_sync(_remove_folders, folders)
+        batches.count(log_folders=removed)
+        if not await _clean_log_chunks(batches, [row.id for row in rows]):
+            return
         async with batches.sessions.begin() as session:
             result = await session.execute(
                 delete(_RUN).where(_RUN.id.in_([row.id for row in rows]), _old_runs(cutoff))
             )
-        batches.count(runs=_rowcount(result), log_folders=removed)
+        batches.count(runs=_rowcount(result))
         if len(rows) < batches.size:
             return
         await batches.pause(started)
+
+
+async def _clean_log_chunks(batches: _Batches, run_pks: list[int]) -> bool:
+    """The logs of the runs ``run_pks`` in the store, in batches of chunks (a run's log may be
+    thousands); whether all went (``go_on()`` may say stop between two)."""
+    chunks = (
+        select(_LOG_CHUNK.run_pk, _LOG_CHUNK.try_number, _LOG_CHUNK.seq)
+        .where(_LOG_CHUNK.run_pk.in_(run_pks))
+        .limit(batches.size)
+    )
+    key = tuple_(_LOG_CHUNK.run_pk, _LOG_CHUNK.try_number, _LOG_CHUNK.seq)
+    while True:
+        started = anyio.current_time()
+        async with batches.sessions.begin() as session:
+            result = await session.execute(delete(_LOG_CHUNK).where(key.in_(chunks)))
+        deleted = _rowcount(result)
+        batches.count(log_chunks=deleted)
+        if deleted < batches.size:
+            return True
+        await batches.pause(started)
+        if not batches.go_on():
+            return False
 
 
 def _remove_folders(folders: set[Path]) -> int:
@@ -320,6 +347,15 @@ async def preview(session: AsyncSession, cutoffs: Cutoffs, logs_dir: Path) -> Pr
             )
         ).all()
         counts["runs"] = len(rows)
+        counts["log_chunks"] = int(
+            await session.scalar(
+                select(func.count())
+                .select_from(_LOG_CHUNK)
+                .join(_RUN, _RUN.id == _LOG_CHUNK.run_pk)
+                .where(_old_runs(cutoffs.runs))
+            )
+            or 0
+        )
         folders = _folders_of(logs_dir, rows)
         counts["log_folders"] = await anyio.to_thread.run_sync(_existing, folders)
     kept = 0

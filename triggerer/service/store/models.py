@@ -40,6 +40,7 @@ from sqlalchemy import (
     ForeignKey,
     ForeignKeyConstraint,
     Index,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -593,6 +594,29 @@ class RunEvent(Base):
     )
     pipeline_id: Mapped[str] = mapped_column(String(ID_LENGTH))
     rerun: Mapped[bool] = mapped_column(default=False, server_default=false())
+
+
+class RunLogChunk(Base):
+    """A piece of a run's log, shipped into the store by the daemon running it while it runs
+    (:mod:`triggerer.service.daemon.log_shipping`), so that every daemon's API and the CLI read
+    it, and it outlives that daemon and its logs folder.
+
+    ``position`` is where ``data`` (the log's bytes, as the run wrote them) starts in the log of
+    try ``try_number``: a gap between two chunks is what the size cap (``[runs]
+    log_max_bytes``) cut. A try that printed nothing has one empty chunk. The store keeps the
+    latest try's chunks; they go with their run.
+    """
+
+    __tablename__ = "run_log_chunk"
+
+    run_pk: Mapped[int] = mapped_column(
+        BigId, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True
+    )
+    try_number: Mapped[int] = mapped_column(primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class WatcherLagSample(Base):

@@ -102,7 +102,7 @@ window.triggerer = { cy: null, renderMs: null, drawnMs: null, polls: 0, charts }
 
 class Unauthorized extends Error {}
 
-async function api(path, { method = "GET", body } = {}) {
+async function api(path, { method = "GET", body, onResponse } = {}) {
   const headers = {};
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = `Bearer ${token}`;
@@ -119,6 +119,7 @@ async function api(path, { method = "GET", body } = {}) {
       : "");
     throw new Unauthorized("the API wants a (valid) bearer token");
   }
+  if (onResponse) onResponse(response);
   const type = response.headers.get("content-type") || "";
   const answer = type.includes("json") ? await response.json() : await response.text();
   if (!response.ok) throw new Error(answer.detail || `${method} ${path}: ${response.status}`);
@@ -992,7 +993,7 @@ async function pipelinePanel(id, specs) {
     api(path), api(`${path}/explain`), api(`${path}/runs?limit=20`),
     activity(`runs?pipeline_id=${encodeURIComponent(id)}&since=${weekAgo}&limit=50`),
   ]);
-  const log = state.logRun ? await api(`/runs/${encodeURIComponent(state.logRun)}/logs`).catch((e) => e.message) : null;
+  const log = state.logRun ? await runLogBox(state.logRun) : null;
   return html`${closeLink}<h1 data-pipeline="${pipeline.pipeline_id}">${pipeline.pipeline_id}</h1>
     <dl><dt>schedule</dt><dd>${pipeline.schedule}</dd><dt>progress</dt><dd>${pipeline.progress || "–"}</dd>
     <dt>state</dt><dd>${pipeline.paused ? "paused" : "active"}${pipeline.active ? "" : " (no longer defined)"}</dd>
@@ -1009,7 +1010,7 @@ async function pipelinePanel(id, specs) {
     <table class="runs"><tr><th>run <span class="muted">(log)</span></th><th>state</th><th>start</th><th>duration</th><th>events</th></tr>
     ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${shortRunId(r)}</button>`) : shortRunId(r)}${r.rerun_of ? raw(html`<br><span class="muted" data-rerun-of="${r.rerun_of}">re-run of ${shortRunId({ run_id: r.rerun_of, pipeline_id: r.pipeline_id })}</span>`) : ""}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""} ${runControl(r)}</td><td>${started(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
     ${runs.length ? "" : raw('<p class="muted">no runs yet</p>')}
-    ${log !== null ? raw(html`<h3>Log of ${state.logRun}</h3><pre class="log">${log}</pre>`) : ""}`;
+    ${log !== null ? raw(html`<h3>Log of ${state.logRun}</h3>${raw(log)}`) : ""}`;
 }
 
 async function watcherPanel(key) {
@@ -1089,11 +1090,27 @@ async function runsPage(key, specs) {
     ${runs.length ? "" : raw('<p class="muted">no runs in this window</p>')}`;
 }
 
+// A run's Log box: its log, or, when it is empty, why (the API says so in a header: queued,
+// cancelled before it started, nothing printed...).
+async function runLogBox(runId) {
+  let empty = null;
+  let reason = "";
+  const text = await api(`/runs/${encodeURIComponent(runId)}/logs`, {
+    onResponse: (response) => {
+      empty = response.headers.get("Triggerer-Log-Empty");
+      reason = response.headers.get("Triggerer-Log-Empty-Reason") || "";
+    },
+  }).catch((error) => error.message);
+  return empty
+    ? html`<pre class="log muted" data-log-empty="${empty}">no log: ${reason}</pre>`
+    : html`<pre class="log">${text}</pre>`;
+}
+
 // One run: what it consumed (each event linking to its trace), what it produced, its log.
 async function runPage(id) {
   const run = await api(`/runs/${encodeURIComponent(id)}`);
   const [log, events] = await Promise.all([
-    run.start_date ? api(`/runs/${encodeURIComponent(id)}/logs`).catch((error) => error.message) : "not started",
+    runLogBox(id),
     run.start_date ? api(`/assets/events?since=${encodeURIComponent(run.created_at)}&limit=${PAGE}`) : [],
   ]);
   const outlets = events.filter((event) => event.source_run_id === run.run_id).reverse();
@@ -1106,7 +1123,7 @@ async function runPage(id) {
     ${run.error ? raw(html`<p class="error">${run.error}</p>`) : ""}
     <h2>Consumed events</h2>${run.consumed.length ? raw(html`<table>${eventRows(run.consumed)}</table>`) : raw('<p class="muted">none</p>')}
     <h2>Produced events</h2>${outlets.length ? raw(html`<table>${eventRows(outlets)}</table>`) : raw('<p class="muted">none</p>')}
-    <h2 id="log">Log</h2><pre class="log">${log}</pre>`;
+    <h2 id="log">Log</h2>${raw(log)}`;
 }
 
 async function deadLettersPage() {
@@ -1141,8 +1158,7 @@ async function traceEvent(id, depth, seen) {
 async function traceRun(runId, depth, seen) {
   const run = await api(`/runs/${encodeURIComponent(runId)}`);
   const [log, events] = await Promise.all([
-    // A run that has not started has no log: asking would be a 404 in the console.
-    run.start_date ? api(`/runs/${encodeURIComponent(runId)}/logs`).catch((error) => error.message) : "not started",
+    runLogBox(runId),
     run.start_date ? api(`/assets/events?since=${encodeURIComponent(run.created_at)}&limit=${PAGE}`) : [],
   ]);
   const outlets = events.filter((event) => event.source_run_id === runId).reverse();
@@ -1150,7 +1166,7 @@ async function traceRun(runId, depth, seen) {
   return html`<div class="trace" data-trace-run="${run.run_id}" data-pipeline="${run.pipeline_id}">
     <h3>Run of <a href="#/pipeline/${run.pipeline_id}">${run.pipeline_id}</a> ${badge(run.state)} ${duration(run)}</h3>
     <p class="muted">${run.run_id} · consumed ${run.events} event(s)${run.rerun_of ? ` · re-run of ${run.rerun_of}` : ""}</p>
-    <pre class="log">${log}</pre>${children.map(raw)}</div>`;
+    ${raw(log)}${children.map(raw)}</div>`;
 }
 
 // ---------------------------------------------------------------- actions
