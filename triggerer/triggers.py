@@ -128,6 +128,21 @@ def check_checkpoint(checkpoint: Any) -> None:
         )
 
 
+class SourceMissing(LookupError):
+    """The source a trigger reads does not exist (yet): a queue, stream, topic or subscription
+    that is made after the watcher was deployed, often by its first message.
+
+    Raised out of ``run``, it fails the watcher like any error, but the daemon tries it again
+    every few seconds (at most ``SOURCE_MISSING_RETRY_MAX_S``) instead of backing off towards a
+    minute, so a source created later is read within seconds. The message names the source and
+    how to create it.
+    """
+
+
+SOURCE_MISSING_RETRY_MAX_S = 5.0
+"""The longest wait of the daemon between two starts of a trigger whose source is missing."""
+
+
 class WatchedAsset(Protocol):
     """The asset a watcher feeds, as a trigger sees it (a :class:`triggerer.Asset`)."""
 

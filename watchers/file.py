@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from triggerer.triggers import Ack, BaseEventTrigger, TriggerEvent
+from triggerer.triggers import Ack, BaseEventTrigger, SourceMissing, TriggerEvent
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +58,9 @@ class FileTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         if not await asyncio.to_thread(os.path.isdir, self.directory):
-            raise FileNotFoundError(f"FileTrigger directory {self.directory!r} does not exist")
+            # SourceMissing: the daemon looks again every few seconds, as the folder may be
+            # made by whatever writes its first file.
+            raise SourceMissing(f"FileTrigger directory {self.directory!r} does not exist")
         self._done = await asyncio.to_thread(self._load_ledger)
         yielded: set[str] = set()  # not acked yet: yielded again only after a restart
         while True:

@@ -26,7 +26,7 @@ import structlog
 from triggerer import checkpoints
 from triggerer.backoff import backoff_s
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
+from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, WatchedAsset
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
 
@@ -272,7 +272,7 @@ class KinesisTrigger(BaseEventTrigger):
         except ClientError as error:
             if error_code(error) != "ResourceNotFoundException":
                 raise
-            raise LookupError(
+            raise SourceMissing(
                 f"Kinesis stream {self.stream!r} does not exist at {client.where}; create it "
                 "or fix the stream name"
             ) from error

@@ -18,7 +18,7 @@ import structlog
 
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider, SharedReaders
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
+from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, WatchedAsset
 from watchers import nats_client
 from watchers.clients import require
 from watchers.nats_in_flight import InFlight, MessageAck
@@ -227,7 +227,7 @@ class NatsTrigger(BaseEventTrigger):
         try:
             created_ns = await nats_client.stream_created_ns(client, self.stream)
         except errors.NotFoundError:
-            raise LookupError(
+            raise SourceMissing(
                 f"NATS stream {self.stream!r} does not exist at {self.servers}: create it "
                 f"(nats stream add {self.stream} --subjects '{self.subject}'); "
                 "triggerer does not create streams"

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from triggerer.backoff import Backoff
-from triggerer.triggers import TriggerEvent
+from triggerer.triggers import SourceMissing, TriggerEvent
 from watchers.clients import require
 from watchers.payloads import decode_body
 from watchers.pubsub_acks import HeldMessages
@@ -58,7 +58,7 @@ _PULLERS: contextvars.ContextVar[Pullers | None] = contextvars.ContextVar(
 )
 
 
-class MissingSubscription(LookupError):
+class MissingSubscription(SourceMissing):
     """The subscription does not exist (the watcher creates none)."""
 
 

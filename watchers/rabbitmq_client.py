@@ -15,6 +15,7 @@ import ssl
 from typing import TYPE_CHECKING
 
 from triggerer.connections import get_connection
+from triggerer.triggers import SourceMissing
 from watchers.clients import require
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ CONNECTION_KEYS = frozenset(
 CONNECT_TIMEOUT_S = 10.0
 
 
-class QueueMissing(LookupError):
+class QueueMissing(SourceMissing):
     """The queue does not exist (the watcher does not create it)."""
 
 

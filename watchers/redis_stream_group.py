@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import structlog
 
+from triggerer.triggers import SourceMissing
 from watchers.clients import require
 from watchers.redis_address import RedisAddress, transient_errors
 
@@ -42,7 +43,7 @@ Entry = tuple[str, dict[bytes, bytes], int]
 """An entry as read: its id, its fields, and how many times the group has delivered it."""
 
 
-class RedisStreamMissing(LookupError):
+class RedisStreamMissing(SourceMissing):
     """The stream to read does not exist (or is another type of key)."""
 
 
@@ -158,9 +159,16 @@ class StreamGroupReader:
         ``min_idle_ms`` has passed and is then claimed again (delivered once more)."""
         self._in_flight.pop(entry_id, None)
 
-    async def prepare(self) -> None:
-        """Check that the stream exists, create the group unless it does, and remove the
-        consumers of daemons gone long ago (nothing pending, idle for an hour)."""
+    async def server_time_ms(self) -> int:
+        """The Redis server's clock (TIME), in epoch milliseconds: the clock of entry ids."""
+        seconds, microseconds = await self._client().time()
+        return int(seconds) * 1000 + int(microseconds) // 1000
+
+    async def prepare(self, start_id: str | None = None) -> None:
+        """Check that the stream exists, create the group unless it does (at ``start_id``, by
+        default the reader's), and remove the consumers of daemons gone long ago (nothing
+        pending, idle for an hour)."""
+        start_id = self.start_id if start_id is None else start_id
         redis_client = self._client()
         kind = _text(await redis_client.type(self.stream))
         if kind == "none":
@@ -173,7 +181,7 @@ class StreamGroupReader:
                 f"Redis key {self.stream!r} at {self.address} is a {kind}, not a stream"
             )
         try:
-            await redis_client.xgroup_create(self.stream, self.group, id=self.start_id)
+            await redis_client.xgroup_create(self.stream, self.group, id=start_id)
         except require("redis.exceptions", "redis").ResponseError as error:
             if not str(error).startswith("BUSYGROUP"):
                 raise
@@ -182,7 +190,7 @@ class StreamGroupReader:
                 "redis_stream_group_created",
                 stream=self.stream,
                 group=self.group,
-                start_id=self.start_id,
+                start_id=start_id,
             )
         for consumer in await redis_client.xinfo_consumers(self.stream, self.group):
             name = consumer["name"].decode()

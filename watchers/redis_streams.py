@@ -16,6 +16,7 @@ from triggerer.backoff import Backoff
 from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers.clients import require
+from watchers.first_start import FirstStart, first_start, started_key
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
 from watchers.redis_address import (
@@ -33,6 +34,8 @@ log = structlog.get_logger(__name__)
 
 SCHEME = "redis+stream"
 BACKOFF_MAX_S = 10.0
+#: The largest sequence part of an entry id (an unsigned 64-bit number).
+MAX_SEQUENCE = 2**64 - 1
 
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
@@ -46,8 +49,15 @@ class RedisStreamTrigger(BaseEventTrigger):
     it; an entry filtered by either is acknowledged. ``partition_key_path`` picks the partition
     key from the final payload.
 
-    The group is created at ``start_id`` (``$``: entries added from then on; ``0``: the whole
-    stream) when it does not exist; the stream must exist. Each daemon process reads as a
+    The group is created when it does not exist, at ``start_id``: ``0`` (the whole stream), an
+    entry id, or ``$`` (the default: the entries added since the watcher first started). With
+    ``$`` the trigger stores the time of its first start (Redis's ``TIME``) as a checkpoint
+    (:mod:`watchers.first_start`), and a group it creates, then or on any later start, begins
+    with the entries of that millisecond: a stream that did not exist yet when the watcher was
+    deployed, made by its first entry while the watcher waited (or while the daemon was down),
+    is read from that first entry. The stream must exist: a missing one is
+    :class:`RedisStreamMissing` (a ``SourceMissing``, looked for again within seconds). Each
+    daemon process reads as a
     consumer of its own (``<host>-<pid>``): an entry is acknowledged (XACK, batched) once its
     event is stored. Entries left pending for ``min_idle_ms`` (a daemon killed, a processing
     error) are claimed again (XAUTOCLAIM) by whichever consumer of the group looks next; one
@@ -172,11 +182,18 @@ class RedisStreamTrigger(BaseEventTrigger):
             client(self.address, self.connection, socket_timeout_s=self.block_ms / 1000 + 10)
         )
         backoff = Backoff(max_s=BACKOFF_MAX_S)
+        first: FirstStart | None = None  # with start_id "$": when the watcher first started
         ready = False
         while True:
             try:
                 if not ready:
-                    await reader.prepare()
+                    if first is None and self.start_id == "$":
+                        first = await first_start(self._started_key(), reader.server_time_ms)
+                        if first.now:
+                            # Stored before the stream is looked for: a stream missing now,
+                            # made later, is read from this time on.
+                            yield first.checkpoint()
+                    await reader.prepare(self.start_id if first is None else _since(first))
                     ready = True
                 entries = await reader.next_entries()
             except transient as error:
@@ -204,6 +221,10 @@ class RedisStreamTrigger(BaseEventTrigger):
                 event = self._handle(entry_id, fields, delivered)
                 if event is not None:
                     yield event
+
+    def _started_key(self) -> str:
+        """The checkpoint key of the watcher's first start (see :mod:`watchers.first_start`)."""
+        return started_key(f"redis-stream/{self.address}/{self.stream}/{self.consumer_group}/")
 
     async def cleanup(self) -> None:
         """Acknowledge what is acknowledged but not yet sent, then close the client;
@@ -298,6 +319,12 @@ def watcher_group(asset: WatchedAsset, watcher_name: str) -> str:
     the group and its place)."""
     identity = json.dumps([asset.name, asset.uri, watcher_name]).encode()
     return f"triggerer-{watcher_name}-{hashlib.sha256(identity).hexdigest()[:12]}"
+
+
+def _since(first: FirstStart) -> str:
+    """The group start that delivers the entries added from ``first`` on: the last entry id
+    of the millisecond before it (a group delivers the entries after its start id)."""
+    return f"{first.at_ms - 1}-{MAX_SEQUENCE}"
 
 
 def _is_start_id(value: object) -> bool:

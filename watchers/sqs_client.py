@@ -19,6 +19,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from triggerer.backoff import backoff_s
 from triggerer.connections import get_connection
+from triggerer.triggers import SourceMissing
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -108,13 +109,13 @@ class QueueClient:
 
     @contextlib.contextmanager
     def missing_queue(self, queue: str) -> Iterator[None]:
-        """Turn the service's "no such queue" into a ``LookupError`` naming the queue."""
+        """Turn the service's "no such queue" into a ``SourceMissing`` naming the queue."""
         try:
             yield
         except ClientError as error:
             if not is_missing_queue(error):
                 raise
-            raise LookupError(
+            raise SourceMissing(
                 f"SQS queue {queue!r} does not exist at {self._client.meta.endpoint_url} "
                 f"(region {self._client.meta.region_name}); create it or fix the queue name"
             ) from error

@@ -33,6 +33,7 @@ from tests.e2e.daemon import (
     DaemonProcess,
     event_count,
     events_of,
+    trigger_rows,
     triggerer_cli,
     wait_for,
     write_pipelines,
@@ -44,6 +45,14 @@ KILL_AFTER = 300
 """Events committed when the daemon is killed: well inside the flow of ``MESSAGES``."""
 POISON_AT = 20
 """The place of the poison message among ``2 * POISON_AT + 1``."""
+
+MISSING_RESTARTS = 6
+"""Failures of a watcher whose source is missing before a test makes the source: past them the
+daemon's plain backoff (doubling from 1 s towards ``restart_backoff_max_s``, 60 s) waits 16 s
+or more, while a missing source is looked for again every 5 s at most."""
+FOUND_WITHIN_S = 15.0
+"""How soon after a missing source is made its watcher reads it: at most 5 s until the
+daemon looks again, and time for a busy machine to connect."""
 
 POISON_FILTER = '''
 def refuse_poison(payload):
@@ -142,6 +151,31 @@ async def stored(database_url: str) -> int:
 
 async def dead_letter_count(session: AsyncSession) -> int:
     return await session.scalar(select(func.count()).select_from(models.DeadLetter)) or 0
+
+
+async def failed_missing(
+    process: DaemonProcess, database_url: str, *, times: int = MISSING_RESTARTS
+) -> str:
+    """Wait until the daemon's one watcher has failed ``times`` times; its last error."""
+    await process.wait_logged("pipelines_loaded")
+    rows = await wait_for(
+        database_url,
+        trigger_rows,
+        lambda rows: len(rows) == 1 and rows[0].restart_count >= times,
+        timeout_s=90,
+    )
+    error = rows[0].last_error
+    assert error is not None
+    return error
+
+
+async def posted(process: DaemonProcess, provider: str, uri: str, *bodies: str) -> None:
+    """``triggerer post PROVIDER URI BODIES`` with the daemon's config file, as a user posts."""
+    assert process.arguments[:2] == ["run", "--config"]
+    done = await triggerer_cli(
+        process.env, "--config", process.arguments[2], "post", provider, uri, *bodies
+    )
+    assert done.returncode == 0, done.stderr
 
 
 async def listed(process: DaemonProcess, *arguments: str) -> Any:

@@ -7,18 +7,36 @@ consumer's entries are claimed by the new daemon's consumer that long after they
 
 from __future__ import annotations
 
+import json
+import signal
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 import redis.asyncio
 
-from tests.e2e.providers.contract import Broker, PrivateBroker, ProviderContract, Source
+from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
+from tests.e2e.providers.contract import (
+    FOUND_WITHIN_S,
+    Broker,
+    PrivateBroker,
+    ProviderContract,
+    Source,
+    daemon,
+    failed_missing,
+    listed,
+    numbers,
+    posted,
+    watching,
+)
 from tests.fixtures.redis import SHARED_REDIS_HOST, SHARED_REDIS_PORT, create_stream
 from watchers.redis_streams import send
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from deploy.local.services import Service
 
 OPTIONS = {"start_id": "0", "min_idle_ms": 2000}
@@ -86,3 +104,77 @@ async def private_broker(private_redis: Service) -> AsyncIterator[PrivateBroker]
 
 class TestRedisStreams(ProviderContract):
     """The contract on Redis Streams."""
+
+
+def missing_stream(broker: RedisStreams) -> Source:
+    """A stream of the test's own that does not exist yet, read from the watcher's first start
+    (``start_id`` left at its default ``$``); deleted after the test."""
+    name = f"triggerer-test-{uuid.uuid4().hex}"
+    broker.made.append(name)
+    uri = f"redis+stream://{SHARED_REDIS_HOST}:{broker.port}/0/{name}"
+
+    async def post(bodies: Sequence[str]) -> None:
+        await send(uri, bodies)
+
+    return Source(uri=uri, send=post)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_the_first_entry_of_a_stream_made_after_the_watcher_started_is_an_event(
+    broker: RedisStreams, tmp_path: Path, database_url: str
+) -> None:
+    """Issue 29: the watcher finds the stream missing; ``triggerer post`` makes it with its
+    first entry. The group the watcher then makes starts at its first start, before that
+    entry (it started at ``$``, after it: the entry was never an event), and the watcher
+    finds the stream within seconds of the post, however often it failed before."""
+    source = missing_stream(broker)
+    write_pipelines(tmp_path / "pipelines", watching(source))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        error = await failed_missing(process, database_url)
+        await posted(process, "redis-streams", source.uri, json.dumps({"i": 1}))
+        await wait_for(
+            database_url,
+            lambda s: event_count(s, "stream"),
+            lambda n: n >= 1,
+            timeout_s=FOUND_WITHIN_S,
+        )
+        await posted(process, "redis-streams", source.uri, json.dumps({"i": 2}))
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
+        await anyio.sleep(1)  # anything delivered twice would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        watchers = await listed(process, "watchers", "list")
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert "does not exist" in error
+    assert "RedisStreamMissing" in error
+    assert numbers(events) == [1, 2]
+    assert [watcher["state"] for watcher in watchers] == ["running"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_a_stream_made_while_the_daemon_is_down_is_read_from_its_first_entry(
+    broker: RedisStreams, tmp_path: Path, database_url: str
+) -> None:
+    """The restart gap: the stream is missing at the watcher's first start, the daemon stops,
+    the stream is made with its first entry, the daemon starts again and finds the stream but
+    no group. The group starts at the watcher's first start, stored by the first daemon."""
+    source = missing_stream(broker)
+    write_pipelines(tmp_path / "pipelines", watching(source))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        await failed_missing(process, database_url, times=1)
+        process.signal(signal.SIGTERM)
+        assert await process.wait(60) == 0, process.tail()
+        await posted(process, "redis-streams", source.uri, json.dumps({"i": 1}))
+        process.start()
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
+        await posted(process, "redis-streams", source.uri, json.dumps({"i": 2}))
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
+        await anyio.sleep(1)  # anything delivered twice would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert numbers(events) == [1, 2]

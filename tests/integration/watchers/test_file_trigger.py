@@ -11,7 +11,7 @@ import anyio
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, load_trigger
+from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, load_trigger
 from watchers import FileTrigger
 
 POLL_S = 0.02
@@ -139,6 +139,6 @@ async def test_recursive_pattern(tmp_path: Path) -> None:
 
 async def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     trigger = FileTrigger(str(tmp_path / "nope"), poll_interval_s=POLL_S)
-    with pytest.raises(FileNotFoundError, match=r"FileTrigger directory .*nope' does not exist"):
+    with pytest.raises(SourceMissing, match=r"FileTrigger directory .*nope' does not exist"):
         async for _ in trigger.run():
             pass

@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 from triggerer import checkpoints, connections
-from triggerer.triggers import TriggerEvent, load_trigger
+from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import KinesisTrigger, MessageQueueTrigger
 from watchers.kinesis import send
 from watchers.kinesis_reader import KinesisClient, ShardReader
@@ -347,7 +347,7 @@ async def test_a_poison_record_is_tried_in_place_then_dead_lettered_and_the_shar
 
 async def test_a_missing_stream_is_the_watchers_error_naming_it(moto_server: str) -> None:
     trigger = KinesisTrigger(stream="no-such-stream", endpoint_url=moto_server)
-    with pytest.raises(LookupError, match="Kinesis stream 'no-such-stream' does not exist at"):
+    with pytest.raises(SourceMissing, match="Kinesis stream 'no-such-stream' does not exist at"):
         await take(trigger, 1)
     with pytest.raises(LookupError, match="'no-such-stream' does not exist"):
         await send(uri("no-such-stream", moto_server), ["x"])

@@ -18,7 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from structlog.testing import capture_logs
 
 from tests.fixtures.nats import SHARED_NATS, create_stream
-from triggerer.triggers import TriggerEvent
+from triggerer.triggers import SourceMissing, TriggerEvent
 from watchers import nats_client
 from watchers.nats import PROVIDER, NatsTrigger
 from watchers.nats_in_flight import IN_PROGRESS, InFlight
@@ -366,7 +366,7 @@ async def test_a_missing_stream_or_a_foreign_subject_is_the_watchers_error(
     make_nats_stream: MakeStream,
 ) -> None:
     missing = PROVIDER.trigger(f"nats://{SHARED_NATS}/no-such-stream/a.b")
-    with pytest.raises(LookupError, match="NATS stream 'no-such-stream' does not exist"):
+    with pytest.raises(SourceMissing, match="NATS stream 'no-such-stream' does not exist"):
         async with running(cast(NatsTrigger, missing)) as events:
             await anext(events)
     stream = await make_nats_stream()

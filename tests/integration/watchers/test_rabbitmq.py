@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, ready_count
 from triggerer import checkpoints
-from triggerer.triggers import TriggerEvent, load_trigger
+from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import MessageQueueTrigger, RabbitMqTrigger, rabbitmq_consumer
 from watchers.rabbitmq import send
 
@@ -434,7 +434,9 @@ async def test_a_watcher_restarted_sees_what_it_had_not_acked_and_what_came_mean
 
 async def test_a_missing_queue_is_the_watchers_error() -> None:
     trigger = RabbitMqTrigger(uri("triggerer-test-no-such-queue"))
-    with pytest.raises(LookupError, match="'triggerer-test-no-such-queue' does not exist in vhost"):
+    with pytest.raises(
+        SourceMissing, match="'triggerer-test-no-such-queue' does not exist in vhost"
+    ):
         async with running(trigger) as events:
             await take(events, 1)
 

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from tests.fixtures.redis import SHARED_REDIS_HOST, SHARED_REDIS_PORT, create_stream
 from triggerer import connections
-from triggerer.triggers import TriggerEvent, load_trigger
+from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import MessageQueueTrigger, RedisStreamTrigger
 from watchers.redis_streams import PROVIDER, RedisStreamMissing, send
 
@@ -258,7 +258,7 @@ async def test_entries_trimmed_while_pending_are_counted_lost(
 
 async def test_a_missing_stream_is_the_watchers_error(shared_redis: redis.asyncio.Redis) -> None:
     missing = trigger("triggerer-test-never-made")
-    with pytest.raises(RedisStreamMissing, match="'triggerer-test-never-made' does not exist"):
+    with pytest.raises(SourceMissing, match="'triggerer-test-never-made' does not exist"):
         async with running(missing) as events:
             await anext(events)
     assert await shared_redis.exists("triggerer-test-never-made") == 0
@@ -288,11 +288,16 @@ async def test_lag_counts_entries_not_yet_acked(
         assert source.last_poll_at is not None
 
 
-async def test_the_group_starts_at_the_end_of_the_stream_by_default(
+async def test_the_group_starts_at_the_watchers_first_start_by_default(
     shared_redis: redis.asyncio.Redis, make_stream: MakeStream
 ) -> None:
+    """``start_id="$"``: the trigger's first yield stores when it first started (Redis's
+    clock), and its group delivers the entries from then on."""
     stream = await make_stream()
-    await send(uri(stream), ["before"])
+    [before] = await send(uri(stream), ["before"])
+    with anyio.fail_after(10):  # the server's clock past the entry's millisecond
+        while await server_ms(shared_redis) <= int(before.split("-")[0]):  # noqa: ASYNC110
+            await anyio.sleep(0.001)
     source = RedisStreamTrigger(host=SHARED_REDIS_HOST, stream=stream, block_ms=100)
     taken: list[TriggerEvent] = []
 
@@ -300,12 +305,26 @@ async def test_the_group_starts_at_the_end_of_the_stream_by_default(
         return bool(await shared_redis.xinfo_groups(stream))
 
     async with running(source) as events, anyio.create_task_group() as group:
+        marker = await anext(events)
+        assert marker.is_checkpoint_only
+        assert marker.checkpoint is not None
+        key, started_ms = marker.checkpoint
+        assert key == (
+            f"redis-stream/{SHARED_REDIS_HOST}:{SHARED_REDIS_PORT}/0/{stream}/"
+            f"triggerer-{stream}/@started"
+        )
+        assert int(before.split("-")[0]) < int(started_ms) <= await server_ms(shared_redis)
         group.start_soon(lambda: _take_into(events, taken))
         with anyio.fail_after(10):
             while not await made():  # noqa: ASYNC110 - polling the server, no event to await
                 await anyio.sleep(0.01)
         await send(uri(stream), ["after"])
     assert [event.payload["body"] for event in taken] == ["after"]
+
+
+async def server_ms(client: redis.asyncio.Redis) -> int:
+    seconds, microseconds = await client.time()
+    return int(seconds) * 1000 + int(microseconds) // 1000
 
 
 async def _take_into(events: AsyncIterator[TriggerEvent], taken: list[TriggerEvent]) -> None:

@@ -13,7 +13,7 @@ import pytest
 from aiobotocore.session import get_session
 from structlog.testing import capture_logs
 
-from triggerer.triggers import TriggerEvent, load_trigger
+from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import SqsTrigger, sqs_session
 from watchers.producers import send_sqs
 from watchers.sqs_client import QueueClient
@@ -382,7 +382,7 @@ async def test_named_connection_and_sqs_uri(
 
 async def test_missing_queue_is_a_clear_error(moto_server: str) -> None:
     trigger = SqsTrigger(f"sqs://no-such-queue?endpoint_url={moto_server}", wait_time_s=1)
-    with pytest.raises(LookupError, match="SQS queue 'no-such-queue' does not exist"):
+    with pytest.raises(SourceMissing, match="SQS queue 'no-such-queue' does not exist"):
         async with running(trigger) as events:
             await anext(events)
 

@@ -19,7 +19,12 @@ from triggerer.service.daemon.backoff import HEALTHY_AFTER_S, until_stored
 from triggerer.service.store.failures import STORE_ERRORS
 from triggerer.service.store.models import NAME_LENGTH, TriggerState
 from triggerer.service.store.types import storable_text, utcnow
-from triggerer.triggers import BaseEventTrigger, load_trigger
+from triggerer.triggers import (
+    SOURCE_MISSING_RETRY_MAX_S,
+    BaseEventTrigger,
+    SourceMissing,
+    load_trigger,
+)
 
 if TYPE_CHECKING:
     from triggerer.service.daemon.ingest import Delivery
@@ -238,8 +243,20 @@ class Supervisor:
         status.state = TriggerState.BACKOFF
         status.last_error = _described(error)
         healthy = anyio.current_time() - started > HEALTHY_AFTER_S
-        delay = backoff_s(1 if healthy else status.restart_count, self._backoff_max_s, 1.0)
-        log.warning("trigger_failed", error=status.last_error, retry_in_s=round(delay, 2))
+        attempt = 1 if healthy else status.restart_count
+        # A source that does not exist yet is usually made soon, by hand or by its first
+        # message: it is looked for again every few seconds, not after a minute's backoff.
+        missing = isinstance(error, SourceMissing)
+        max_s = self._backoff_max_s
+        if missing:
+            max_s = min(max_s, SOURCE_MISSING_RETRY_MAX_S)
+        delay = backoff_s(attempt, max_s, 1.0)
+        log.warning(
+            "trigger_failed",
+            error=status.last_error,
+            source_missing=missing,
+            retry_in_s=round(delay, 2),
+        )
         return delay
 
 
