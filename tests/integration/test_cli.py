@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio
 import pytest
 import structlog
+from sqlalchemy import make_url, text
 
 from triggerer.service.api.schemas import CreatedEvent
 from triggerer.service.cli import _parser, main
@@ -528,6 +529,51 @@ def test_every_help_text_is_plain_text_without_docstring_markup() -> None:
         check=True,
     ).stdout
     assert "Run the triggerer daemon, inspect it and drive it." in shown
-    for words, text in [("", shown), *_help_texts(_parser())]:
+    for words, help_text in [("", shown), *_help_texts(_parser())]:
         for markup in ("``", ":class:", ":func:", ":mod:"):
-            assert markup not in text, f"triggerer {words} --help shows {markup!r}:\n{text}"
+            assert markup not in help_text, (
+                f"triggerer {words} --help shows {markup!r}:\n{help_text}"
+            )
+
+
+@pytest.mark.parametrize("db_backend", ["postgresql"], indirect=True)
+def test_db_upgrade_names_the_database_without_its_password(
+    cli_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The test server's trust authentication ignores the password.
+    with_password = make_url(cli_database).set(password="s3cret-pw")  # noqa: S106 - not a secret
+    monkeypatch.setenv(
+        "TRIGGERER_DATABASE__URL", with_password.render_as_string(hide_password=False)
+    )
+    current_settings.cache_clear()
+    code, out, err = run_cli(capsys, "db", "upgrade")
+    assert code == 0, err
+    assert "s3cret-pw" not in out + err
+    assert ":***@" in out
+
+
+def test_a_database_a_newer_triggerer_migrated_is_one_line_for_db_upgrade_and_run(
+    cli_database: str, tmp_path: Path
+) -> None:
+    async def migrate_past_this_version() -> None:
+        await upgrade(cli_database)
+        engine = create_engine(cli_database)
+        try:
+            async with engine.begin() as connection:
+                await connection.execute(text("UPDATE alembic_version SET version_num = '0999'"))
+        finally:
+            await engine.dispose()
+
+    anyio.run(migrate_past_this_version)
+    for argv in (["db", "upgrade"], ["run"]):
+        done = subprocess.run(  # noqa: S603 - our own command, a fixed argv
+            [TRIGGERER_BIN, *argv],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert done.returncode != 0
+        said = done.stdout + done.stderr
+        assert "schema revision 0999, newer than this triggerer's newest" in said, said
+        assert "Traceback" not in said

@@ -311,9 +311,10 @@ async def _end_stray_tasks(timeout_s: float = 5.0) -> None:
 
 async def _db_upgrade(settings: Settings, _: argparse.Namespace) -> int:
     from triggerer.service.store import upgrade
+    from triggerer.service.store.engine import masked_url
 
     await upgrade(settings.database.url)
-    _say(f"database at {settings.database.url} is up to date")
+    _say(f"database at {masked_url(settings.database.url)} is up to date")
     return 0
 
 
@@ -391,18 +392,16 @@ async def _with_store(
     settings: Settings, work: Callable[[async_sessionmaker[AsyncSession]], Awaitable[_T]]
 ) -> _T:
     """``work`` with sessions on a store of this version's schema, as :func:`_with_session`."""
-    from sqlalchemy import make_url
-
     from triggerer.service.store import (
         create_engine,
         current_revision,
         head_revision,
         session_factory,
     )
-    from triggerer.service.store.engine import sqlite_file
+    from triggerer.service.store.engine import masked_url, sqlite_file
     from triggerer.service.store.failures import STORE_ERRORS, is_outage
 
-    url = make_url(settings.database.url).render_as_string(hide_password=True)
+    url = masked_url(settings.database.url)
     file = sqlite_file(settings.database.url)
     if file is not None and not file.exists():
         # Opening it would leave an empty file behind, for a command that only reads.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import structlog
-from sqlalchemy import delete, func, make_url, or_, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer import checkpoints
@@ -44,8 +44,9 @@ from triggerer.service.daemon.wakeups import listen
 from triggerer.service.daemon.watchdog import watch_event_loop
 from triggerer.service.loader import LoadedPipelines, load_pipelines, pipeline_files
 from triggerer.service.store import create_engine, models, notices, session_factory, upgrade
-from triggerer.service.store.engine import async_url, deployment_id
+from triggerer.service.store.engine import async_url, deployment_id, masked_url
 from triggerer.service.store.failures import STORE_ERRORS
+from triggerer.service.store.migrate import NewerSchema
 from triggerer.service.store.models import RunState
 from triggerer.service.store.types import utcnow
 from watchers import providers
@@ -261,6 +262,7 @@ class Service:
                             "last_poll_at": status.last_poll_at,
                             "last_event_at": status.last_event_at,
                             "last_error": status.last_error,
+                            "last_error_at": status.last_error_at,
                             "restart_count": status.restart_count,
                             "lag": status.lag,
                             "reads_as": status.reads_as,
@@ -339,12 +341,14 @@ async def _serve(
 ) -> None:
     try:
         await until_stored(lambda: upgrade(settings.database.url), during="upgrade")
+    except NewerSchema as error:
+        raise ConfigError(f"[database] url {masked_url(settings.database.url)}: {error}") from None
     # The first connection: a URL that passes the settings' check but that the driver refuses
     # (libpq's ``sslmode=`` where asyncpg takes ``ssl=``) would fail every start the same way.
     except (TypeError, ValueError, OverflowError) as error:
-        url = make_url(settings.database.url).render_as_string(hide_password=True)
         raise ConfigError(
-            f"[database] url {url}: the database driver refuses it: {error}"
+            f"[database] url {masked_url(settings.database.url)}: the database driver refuses "
+            f"it: {error}"
         ) from None
     engine = create_engine(settings.database.url)
     service = Service(settings, session_factory(engine))

@@ -70,7 +70,8 @@ PG_IDLE_PING_S = 1.0
 _RETURNED_AT = "returned_at"
 
 
-def _masked(url: str) -> str:
+def masked_url(url: str) -> str:
+    """``url`` with its password shown as ``***``, to print or log."""
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
@@ -89,7 +90,7 @@ def async_url(url: str) -> URL:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise ValueError(
-            f"unsupported database URL {_masked(url)!r}: expected one of {SUPPORTED_URLS}"
+            f"unsupported database URL {masked_url(url)!r}: expected one of {SUPPORTED_URLS}"
         ) from exc
     backend, _, driver = parsed.drivername.partition("+")
     if backend == "postgres":
@@ -97,7 +98,7 @@ def async_url(url: str) -> URL:
     driver = driver or _DEFAULT_DRIVERS.get(backend, "")
     if driver not in _ASYNC_DRIVERS.get(backend, set()):
         raise ValueError(
-            f"unsupported database URL {_masked(url)!r}: expected one of {SUPPORTED_URLS}"
+            f"unsupported database URL {masked_url(url)!r}: expected one of {SUPPORTED_URLS}"
         )
     parsed = parsed.set(drivername=f"{backend}+{driver}")
     if backend == "sqlite" and (parsed.database or "").startswith("~"):

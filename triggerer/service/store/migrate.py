@@ -44,15 +44,25 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
+class NewerSchema(ValueError):
+    """The database was migrated by a newer version of triggerer than this one."""
+
+
+@functools.cache
+def _revisions() -> dict[str, str | None]:
+    """Each revision shipped with this version, and the one it revises.
+
+    Read from the revision files' ``revision`` and ``down_revision`` lines, without importing
+    them or Alembic.
+    """
+    return dict(_revision(path) for path in (MIGRATIONS_DIR / "versions").glob("[!_]*.py"))
+
+
 @functools.cache
 def head_revision() -> str:
     """The newest revision of the migrations shipped with this version: the one that no other
-    revision revises.
-
-    Read from the revision files' ``revision`` and ``down_revision`` lines, without importing
-    them or Alembic; ``tests/integration/test_cli_imports.py`` checks that it is Alembic's.
-    """
-    revises = dict(_revision(path) for path in (MIGRATIONS_DIR / "versions").glob("[!_]*.py"))
+    revision revises (``tests/integration/test_cli_imports.py`` checks that it is Alembic's)."""
+    revises = _revisions()
     heads = revises.keys() - set(revises.values())
     if len(heads) != 1:
         raise RuntimeError(f"expected one head revision in {MIGRATIONS_DIR}, found {heads}")
@@ -74,7 +84,8 @@ def _revision(path: Path) -> tuple[str, str | None]:
 
 
 async def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate the database at ``url`` to ``revision``; nothing to do is a no-op.
+    """Migrate the database at ``url`` to ``revision``; nothing to do is a no-op; a database
+    migrated past this version's revisions is :class:`NewerSchema`.
 
     On PostgreSQL, concurrent upgrades from several processes are serialised by an advisory
     lock, so every instance may upgrade at startup. Within one process, do not run two at once:
@@ -91,6 +102,15 @@ async def upgrade(url: str, revision: str = "head") -> None:
 def _upgrade(connection: Connection, revision: str) -> None:
     from alembic import command
 
+    stored = _current_revision(connection)
+    connection.rollback()  # the migrations begin their own transaction
+    if stored is not None and stored not in _revisions():
+        # Alembic would only say it cannot locate the revision, in a traceback.
+        raise NewerSchema(
+            f"the database is at schema revision {stored}, newer than this triggerer's newest "
+            f"({head_revision()}): a newer triggerer migrated it; run that version (or a later "
+            "one), or restore the backup taken before that upgrade"
+        )
     config = alembic_config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
