@@ -1,5 +1,6 @@
 """Retention, through ``triggerer run --config`` under a steady Kafka flow, and by hand with
-``triggerer db clean``: old runs (with their log folders), events and dead letters go; what is
+``triggerer db clean``: old runs (with their logs in the store and their log folders), events
+and dead letters go; what is
 recent, still queued for a pipeline or consumed by a run that has not ended stays; every message
 produced meanwhile is exactly one event."""
 
@@ -43,6 +44,8 @@ OLD_EVENTS = 3_000
 """Plain old events: many batches of :data:`BATCH_SIZE`."""
 BATCH_SIZE = 100
 MIN_MESSAGES = 300
+LOG_CHUNKS = 150
+"""Chunks of each seeded run's log in the store: an old run's take two batches."""
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Seeded:
     old_folders: list[Path]
     kept_folders: list[Path]
     kept_dead_letter: int
+    kept_run_pks: set[int]
 
 
 async def seed(database_url: str, logs_dir: Path) -> Seeded:
@@ -123,6 +127,13 @@ async def seed(database_url: str, logs_dir: Path) -> Seeded:
             session.add_all(letters)
             await session.flush()
 
+            session.add_all(
+                models.RunLogChunk(
+                    run_pk=r.id, try_number=1, seq=seq, position=seq * 12, data=b"a log line\n"
+                )
+                for r in [*old_runs, recent_run, running]
+                for seq in range(LOG_CHUNKS)
+            )
             made_by_old_run = event(orders, recent, source_run_pk=old_runs[0].id)
             session.add(made_by_old_run)
             session.add(models.AssetEventAlias(event_id=plain[0].id, alias_id=alias.id))
@@ -147,6 +158,7 @@ async def seed(database_url: str, logs_dir: Path) -> Seeded:
                 old_folders=[Path(r.log_path or "").parent for r in old_runs],
                 kept_folders=[Path(r.log_path or "").parent for r in (recent_run, running)],
                 kept_dead_letter=letters[-1].id,
+                kept_run_pks={recent_run.id, running.id},
             )
     finally:
         await engine.dispose()
@@ -181,6 +193,8 @@ class Store:
     alias_links: int
     dead_letters: set[int]
     source_run_of_made_by_old_run: int | None
+    log_chunks: dict[int, int]
+    """Chunks of runs' logs in the store, by run."""
 
 
 async def store(session: AsyncSession, seeded: Seeded) -> Store:
@@ -200,7 +214,14 @@ async def store(session: AsyncSession, seeded: Seeded) -> Store:
                 models.AssetEvent.id == seeded.made_by_old_run
             )
         ),
+        log_chunks=await _chunks_by_run(session),
     )
+
+
+async def _chunks_by_run(session: AsyncSession) -> dict[int, int]:
+    chunk = models.RunLogChunk
+    rows = await session.execute(select(chunk.run_pk, func.count()).group_by(chunk.run_pk))
+    return dict(rows.all())
 
 
 async def _count(session: AsyncSession, where: Any) -> int:
@@ -222,6 +243,7 @@ def cleaned(seeded: Seeded) -> Store:
         alias_links=0,
         dead_letters={seeded.kept_dead_letter},
         source_run_of_made_by_old_run=None,
+        log_chunks=dict.fromkeys(seeded.kept_run_pks, LOG_CHUNKS),
     )
 
 
@@ -300,7 +322,13 @@ async def test_the_daemon_deletes_what_is_old_and_keeps_what_is_needed_under_ing
     assert len(sent) >= MIN_MESSAGES
     assert not any(folder.exists() for folder in seeded.old_folders)
     assert all(folder.exists() for folder in seeded.kept_folders)
-    expected = {"runs": 3, "log_folders": 3, "events": OLD_EVENTS + 3, "dead_letters": 3}
+    expected = {
+        "runs": 3,
+        "log_chunks": 3 * LOG_CHUNKS,
+        "log_folders": 3,
+        "events": OLD_EVENTS + 3,
+        "dead_letters": 3,
+    }
     assert {kind: sum(p[kind] for p in passes) for kind in expected} == expected
     assert all(p["duration_s"] >= 0 for p in passes)
     assert deleted == expected
@@ -353,6 +381,7 @@ async def test_db_clean_says_what_it_would_delete_then_deletes_it(offline: Deplo
     assert dry.stdout.decode().splitlines() == [
         f"from before {day}T00:00:00+00:00, would delete (dry run: nothing deleted):",
         "  3 runs",
+        f"  {3 * LOG_CHUNKS} log chunks (their logs in the store)",
         "  3 log folders",
         f"  {OLD_EVENTS + 3} events (2 more kept: queued for a pipeline, or consumed by a run "
         "that has not ended)",

@@ -529,3 +529,42 @@ async def test_missing_libraries_are_said_in_words_naming_the_fix(
             await expect(page.locator("#load-error")).to_be_visible()
             await expect(page.locator("#load-error")).to_contain_text("pip install")
             await browser.close()
+
+
+SILENT = """
+    import time
+    from pathlib import Path
+
+    @pipeline()
+    def silent(spark, context):
+        while Path(HOLD).exists():
+            time.sleep(0.05)
+"""
+
+
+@pytest.mark.timeout(300)
+async def test_an_empty_log_box_says_why_the_log_is_empty(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    silent = SILENT.replace("HOLD", repr(str(hold)))
+    async with open_ui(deployment, "#/pipeline/silent", more_pipelines=silent) as ui:
+        page = ui.page
+        await expect(page.locator("#panel h1")).to_have_text("silent")
+        run_id = (await ui.client.post("/pipelines/silent/runs")).json()["run_id"]
+        running = page.locator("tr[data-run-state=running] button[data-log]")
+        await running.click(timeout=RUN_TIMEOUT_MS)
+        box = page.locator("#panel pre.log")
+        await expect(box).to_have_text("no log: the run has printed nothing yet")
+        await expect(box).to_have_attribute("data-log-empty", "no_output_yet")
+
+        # Cancelled having printed nothing: the box says so, not an empty grey box.
+        assert (await ui.client.post(f"/runs/{run_id}/cancel")).status_code == 200
+        cancelled = page.locator("tr[data-run-state=cancelled] button[data-log]")
+        await cancelled.click(timeout=RUN_TIMEOUT_MS)
+        await expect(box).to_have_text("no log: the run printed nothing")
+        await expect(box).to_have_attribute("data-log-empty", "no_output")
+        await shoot(page, "log-empty")
+        await page.evaluate(f"location.hash = '#/run/{run_id}'")
+        await expect(page.locator("#page pre.log")).to_have_text("no log: the run printed nothing")

@@ -77,6 +77,7 @@ def test_a_try_that_printed_nothing_has_one_empty_chunk() -> None:
         [10_000_000],  # all at once: the middle is skipped, never read
         [3_000] * 400,  # a steady trickle: the tail's oldest chunks deleted as new ones come
         [50, 70_000, 1, 200_000, 333, 9_999],
+        [14_700] * 10 + [13],  # bursts past the tail, then a last short line
     ],
 )
 def test_a_log_past_the_cap_keeps_its_start_and_its_end_and_says_what_was_cut(
@@ -97,7 +98,8 @@ def test_a_log_past_the_cap_keeps_its_start_and_its_end_and_says_what_was_cut(
     assert kept_tail.startswith("line ")  # from a whole line on
     assert log.decode().endswith(kept_tail)
     # The tail is its three quarters of the cap, less at most a chunk and a line.
-    assert max_bytes * 3 // 4 - CHUNK_MAX_BYTES - 40 <= len(kept_tail) <= max_bytes * 3 // 4
+    tail_max = max_bytes * 3 // 4
+    assert tail_max - kept.chunk_max - 40 <= len(kept_tail) <= tail_max
     assert marker_line + "\n" == cut_line(len(log) - kept.head - len(kept_tail))
     assert kept.written == len(log)
 
@@ -138,9 +140,10 @@ def test_a_try_started_again_goes_on_after_what_its_first_attempt_shipped() -> N
 
 
 def test_chunks_are_at_most_the_chunk_size_and_positions_are_consecutive_in_the_head() -> None:
-    shipment = Kept.within(4 << 20).ship(3 * CHUNK_MAX_BYTES + 5)
+    shipment = Kept.within(64 << 20).ship(3 * CHUNK_MAX_BYTES + 5)
 
     assert [c.length for c in shipment.chunks] == [CHUNK_MAX_BYTES] * 3 + [5]
+    assert Kept.within(16384).chunk_max == 768  # a sixteenth of a small cap's tail
     assert all(
         later.position == earlier.position + earlier.length
         for earlier, later in itertools.pairwise(shipment.chunks)

@@ -36,8 +36,8 @@ log = structlog.get_logger(__name__)
 SHIP_EVERY_S = 1.0
 """How often what a running run's log gained is stored."""
 CHUNK_MAX_BYTES = 256 * 1024
-"""The largest chunk: the tail is trimmed a chunk at a time, so it is at most this much short
-of its share of the cap."""
+"""The largest chunk, and at most a sixteenth of the tail's share of the cap: the tail is
+trimmed a chunk at a time, so it keeps at least fifteen sixteenths of its share."""
 
 _CHUNK = models.RunLogChunk
 
@@ -91,6 +91,11 @@ class Kept:
             kept = dataclasses.replace(kept, written=max(kept.written, end), next_seq=seq + 1)
         return kept
 
+    @property
+    def chunk_max(self) -> int:
+        """The largest chunk (:data:`CHUNK_MAX_BYTES`)."""
+        return max(1, min(CHUNK_MAX_BYTES, self.tail_max // 16))
+
     def ship(self, added: int, *, final: bool = False) -> Shipment:
         """The shipment that keeps ``added`` more bytes of the log within the cap. ``final``:
         the try has ended; a try that shipped no chunk gets an empty one."""
@@ -103,8 +108,8 @@ class Kept:
         tail = list(self.tail)
         seq = self.next_seq
         for start, length, in_tail in pieces:
-            for offset in range(start, start + length, CHUNK_MAX_BYTES):
-                size = min(CHUNK_MAX_BYTES, start + length - offset)
+            for offset in range(start, start + length, self.chunk_max):
+                size = min(self.chunk_max, start + length - offset)
                 chunks.append(Chunk(seq, self.written + offset, offset, size))
                 if in_tail:
                     tail.append((seq, size))
