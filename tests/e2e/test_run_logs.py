@@ -1,8 +1,10 @@
 """Runs' logs through ``triggerer run --config``, its REST API and ``triggerer runs logs``: a
 run's log is shipped into the store while it runs, so another daemon on the same PostgreSQL
-shows it, while it runs and after the daemon that ran it and its logs folder are gone; a log
-past ``[runs] log_max_bytes`` keeps its start and its end and says what was cut; an empty log
-says why (queued, cancelled before it started); an unknown run is an error."""
+shows it, while it runs and after the daemon that ran it and its logs folder are gone; a daemon
+killed during a run leaves what the run had printed, and the run, started again, goes on after
+it; a log past ``[runs] log_max_bytes`` keeps its start and its end and says what was cut; an
+empty log says why (queued, cancelled before it started, nothing printed yet or at all); an
+unknown run is an error."""
 
 from __future__ import annotations
 
@@ -170,6 +172,47 @@ async def _log_with(client: httpx.AsyncClient, run_id: str, text: str) -> str | 
 
 async def _state_is(client: httpx.AsyncClient, run_id: str, state: str) -> bool:
     return await run_state(client, run_id) == state
+
+
+@pytest.mark.timeout(240)
+async def test_a_daemon_killed_during_a_run_leaves_its_log_and_the_run_again_goes_on_after_it(
+    tmp_path: Path, spark_remote: str
+) -> None:
+    deployment = no_kafka(tmp_path, sqlite_url(tmp_path), spark_remote)
+    hold = tmp_path / "hold"
+    hold.touch()
+    deployment.write_pipelines(CHATTY.replace("HOLD", repr(str(hold))))
+    killed = daemon(deployment, "killed")
+    with killed.process:
+        await killed.start()
+        async with httpx.AsyncClient(base_url=killed.url, timeout=30) as client:
+            run_id = (await client.post("/pipelines/chatty/runs")).json()["run_id"]
+            await until(lambda: _log_with(client, run_id, "chatty starts"))
+        killed.process.signal(signal.SIGKILL)
+        assert await killed.process.wait(10) == -signal.SIGKILL
+    shutil.rmtree(killed.logs_dir)
+
+    # Started again (a new pod): the run goes on the same try, its log after what was shipped.
+    again = Daemon(
+        "again",
+        killed.config,
+        killed.logs_dir,
+        DaemonProcess(killed.process.env, tmp_path / "again.log", killed.config),
+    )
+    with again.process:
+        await again.start()
+        async with httpx.AsyncClient(base_url=again.url, timeout=30) as client:
+            before_the_rerun = (await client.get(f"/runs/{run_id}/logs")).text
+            hold.unlink()
+            await until(lambda: _state_is(client, run_id, "success"))
+            after = (await client.get(f"/runs/{run_id}/logs")).text
+            detail = (await client.get(f"/runs/{run_id}")).json()
+
+    assert f"chatty starts {run_id}\n" in before_the_rerun
+    assert detail["try_number"] == 1
+    assert after.count(f"chatty starts {run_id}\n") == 2, after
+    assert after.startswith(before_the_rerun), after
+    assert after.endswith("chatty counted 5\n"), after
 
 
 VERBOSE = """
