@@ -24,6 +24,7 @@ from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import rabbitmq_consumer
 from watchers.clients import require
+from watchers.first_start import first_start, started_key
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
 from watchers.rabbitmq_address import checkpoint_key, parse_rabbitmq_uri
@@ -108,7 +109,9 @@ class RabbitMqTrigger(BaseEventTrigger):
     dead-letter table and is acked, or, with ``broker_dead_letters=True``, is rejected to the
     queue's own dead-letter exchange. A quorum queue's ``x-delivery-limit`` below
     ``max_deliveries`` dead-letters it first. ``stream_offset`` (``first``, ``last``, ``next``
-    or an offset) is where a stream queue is read from the first time: each event of a stream
+    or an offset) is where a stream queue is read from the first time; ``next`` (or none, the
+    default) means the messages published since the watcher first started, which it stores
+    (:mod:`watchers.first_start`) before it looks for the queue. Each event of a stream
     queue's message carries its offset, which the daemon stores with the event under
     ``reader_name`` (by default derived from the watcher, :meth:`for_watcher`; ``reads_as``
     shows it), and a watcher (re)connecting reads on from there. Credentials come from the named
@@ -273,7 +276,18 @@ class RabbitMqTrigger(BaseEventTrigger):
         self._processing.load()
         # On its own (outside the daemon), the trigger has a consumer of its own.
         consumers = rabbitmq_consumer.current() or rabbitmq_consumer.Consumers()
-        reader = self._reader = await consumers.join(self.reader_spec(), self._stats)
+        first = None
+        if self._kwargs["stream_offset"] in rabbitmq_consumer.NEW_MESSAGES:
+            first = await first_start(started_key(checkpoint_key(self.location, self.reader) + "/"))
+            if first.now:
+                # Stored before the queue is looked for: a stream queue declared later is
+                # read from this time on.
+                yield first.checkpoint()
+        reader = self._reader = await consumers.join(
+            self.reader_spec(),
+            self._stats,
+            first_started_ms=None if first is None else first.at_ms,
+        )
         while True:
             yield await reader.next_event()
 

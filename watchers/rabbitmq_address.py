@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import urllib.parse
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -112,12 +113,16 @@ def checkpoint_key(queue: RabbitQueue, reader_name: str) -> str:
 class StreamStart:
     """Where a stream queue's consumer starts, and what each reader skips there."""
 
-    #: The ``x-stream-offset`` to consume from (``None``: the broker's default, ``next``).
-    offset: str | int | None
+    #: The ``x-stream-offset`` to consume from (``None``: the broker's default, ``next``; a
+    #: time: the first messages published from then on).
+    offset: str | int | datetime | None
     #: By reader: the last offset it has stored already (it skips up to it, included).
     floors: Mapping[str, int]
     #: Whether ``offset`` is a stored position: the message there is expected at once.
     resumed: bool
+    #: Whether ``offset`` is the time its readers first started, which only a stream queue
+    #: takes (see :mod:`watchers.first_start`): another queue is consumed without it.
+    since_first_start: bool = False
 
 
 def stream_start(configured: str | int | None, stored: Mapping[str, int | None]) -> StreamStart:

@@ -10,7 +10,9 @@ and declaring the queue is :mod:`watchers.rabbitmq_client`.
 A stream queue keeps its messages: each event of one carries its offset as a checkpoint
 (:attr:`~triggerer.triggers.TriggerEvent.checkpoint`), stored with the event, and a consumer
 (re)connecting starts from the readers' stored offsets (:func:`~watchers.rabbitmq_address.
-stream_start`).
+stream_start`), or, while none is stored and they read new messages, from when the earliest of
+them first started (:mod:`watchers.first_start`): a stream declared after its watchers were
+deployed, or written to while no daemon ran, loses no message.
 
 A lost connection (a broker restart, a closed connection, a cancelled consumer) is reconnected
 with backoff; the broker puts the messages it had not been acked back in the queue, and their
@@ -50,6 +52,8 @@ JOIN_WAIT_S = 5.0
 #: How long a stream queue's consumer resumed at a stored offset waits for the message there:
 #: none means the stream is shorter than that offset (it was deleted and declared again).
 RESUME_CHECK_S = 5.0
+#: The ``stream_offset`` values that read only what is published from now on.
+NEW_MESSAGES = (None, "next")
 #: The consumer options: those of the first reader of a queue, whatever later readers say.
 CONSUMER_OPTIONS = ("prefetch", "max_deliveries", "broker_dead_letters", "stream_offset")
 
@@ -60,6 +64,10 @@ _CONSUMERS: contextvars.ContextVar[Consumers | None] = contextvars.ContextVar(
 
 class _StreamShorter(Exception):
     """The stream queue has no message at the stored offset it was resumed from."""
+
+
+class _NotAStream(Exception):
+    """The queue refused a stream offset: it is not a stream queue."""
 
 
 @contextlib.contextmanager
@@ -98,18 +106,22 @@ class Consumers:
             if not consumer.closed:
                 consumer.expected_changed()
 
-    async def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
-        """Read the queue of ``spec`` through its consumer (started by its first reader)."""
+    async def join(
+        self, spec: ReaderSpec, stats: ReaderStats, *, first_started_ms: int | None = None
+    ) -> Reader:
+        """Read the queue of ``spec`` through its consumer (started by its first reader);
+        ``first_started_ms``, when the reader first started, is where a stream queue is read
+        from while no reader of it has an offset stored."""
         key = spec.consumer_key
         consumer = self._consumers.get(key)
         if consumer is None or consumer.closed:
             consumer = self._consumers[key] = _Consumer(
                 spec, expected=lambda: self._expected.get(key, {})
             )
-            reader = consumer.join(spec, stats)
+            reader = consumer.join(spec, stats, first_started_ms)
             consumer.start()
             return reader
-        return consumer.join(spec, stats)
+        return consumer.join(spec, stats, first_started_ms)
 
 
 class _Consumer:
@@ -127,10 +139,16 @@ class _Consumer:
         self._task: asyncio.Task[None] | None = None
         #: The next stream consumer starts from ``first`` (the stream was declared again).
         self._from_first = False
+        #: When each reader first started, by reader key.
+        self._first_started_ms: dict[str, int] = {}
+        #: The queue refused a stream offset: it is consumed without one from now on.
+        self._not_a_stream = False
         self._delivered = asyncio.Event()
         self.closed = False
 
-    def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
+    def join(self, spec: ReaderSpec, stats: ReaderStats, first_started_ms: int | None) -> Reader:
+        if first_started_ms is not None:
+            self._first_started_ms[spec.key] = first_started_ms
         differing = [n for n in CONSUMER_OPTIONS if getattr(spec, n) != getattr(self._spec, n)]
         if differing:
             self._log.warning(
@@ -197,6 +215,8 @@ class _Consumer:
         while True:
             try:
                 await self._consume(backoff)
+            except _NotAStream:
+                self._not_a_stream = True  # consumed again at once, without an offset
             except _StreamShorter as shorter:
                 self._log.warning(
                     "rabbitmq_stream_declared_again",
@@ -235,6 +255,8 @@ class _Consumer:
                     arguments=None if offset is None else {"x-stream-offset": offset},
                 )
             except aiormq.exceptions.ChannelPreconditionFailed as error:
+                if start.since_first_start:
+                    raise _NotAStream from None
                 raise ValueError(
                     f"RabbitMQ refuses to consume queue {self._queue.name!r} "
                     f"(stream_offset={offset!r} is only for stream queues): {error}"
@@ -244,7 +266,7 @@ class _Consumer:
                 host=self._queue.host,
                 port=self._queue.port,
                 prefetch=self._spec.prefetch,
-                stream_offset=offset,
+                stream_offset=offset.isoformat() if isinstance(offset, datetime) else offset,
                 after_failures=backoff.attempt,
             )
             backoff.attempt = 0
@@ -293,7 +315,8 @@ class _Consumer:
 
     async def _stream_start(self) -> StreamStart:
         """Where to consume from: after the stored offsets of the readers present and expected
-        (a stream queue), else the first reader's ``stream_offset``."""
+        (a stream queue), else the first reader's ``stream_offset``; for new messages only
+        (``next``, the default), from when the earliest reader present first started."""
         if self._from_first:
             self._from_first = False
             return StreamStart("first", {}, resumed=False)
@@ -304,7 +327,16 @@ class _Consumer:
             for key, spec in specs.items()
             for position in [stored.get(spec.checkpoint_key)]
         }
-        return stream_start(self._spec.stream_offset, positions)
+        start = stream_start(self._spec.stream_offset, positions)
+        started = [
+            self._first_started_ms[key] for key in self._readers if key in self._first_started_ms
+        ]
+        if start.floors or start.offset not in NEW_MESSAGES or not started or self._not_a_stream:
+            return start
+        # A stream queue declared after its watchers started, or written to while no daemon
+        # consumed it, is read from their first start (RabbitMQ takes it in whole seconds).
+        since = datetime.fromtimestamp(min(started) / 1000, UTC)
+        return StreamStart(since, {}, resumed=False, since_first_start=True)
 
     async def _all_joined(self) -> None:
         """Wait (a little) for the watchers expected on the queue, so none misses the first

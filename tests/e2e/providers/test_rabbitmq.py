@@ -19,13 +19,17 @@ import pytest
 
 from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
 from tests.e2e.providers.contract import (
+    FOUND_WITHIN_S,
     Broker,
     PrivateBroker,
     ProviderContract,
     Source,
     daemon,
+    failed_missing,
     listed,
     numbers,
+    posted,
+    watching,
 )
 from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, delete_queue
 from watchers.rabbitmq import send
@@ -182,3 +186,67 @@ async def test_a_stream_queue_is_read_on_after_a_restart(
         assert process.process.poll() is None, process.tail()
     assert numbers(events) == list(range(40))
     assert watchers["stream_queue"]["consumer_group"].startswith("triggerer-stream_queue-")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_a_queue_declared_after_the_watcher_started_is_read_within_seconds(
+    broker: RabbitMq, tmp_path: Path, database_url: str
+) -> None:
+    """Issue 29: a missing queue was looked for again after a backoff grown towards a minute
+    (the watcher ran 48.6 s after the queue was declared). It is looked for every 5 s at most,
+    and the first message published once it exists is one event. (A message published to a
+    queue that does not exist is dropped by the broker: there is nothing to read before.)"""
+    name = f"triggerer-test-{uuid.uuid4().hex}"
+    uri = f"amqp://{broker.address}/%2F/{name}"
+    source = Source(uri=uri, send=lambda bodies: send(uri, bodies))
+    write_pipelines(tmp_path / "pipelines", watching(source))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        error = await failed_missing(process, database_url)
+        await declare_queue(broker.address, name, kind="quorum")
+        broker.made.append(name)
+        await process.wait_logged("rabbitmq_consuming", timeout_s=FOUND_WITHIN_S)
+        await posted(process, "rabbitmq", uri, json.dumps({"i": 1}))
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
+        await anyio.sleep(1)  # anything delivered twice would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        watchers = await listed(process, "watchers", "list")
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert f"RabbitMQ queue {name!r} does not exist" in error
+    assert "QueueMissing" in error
+    assert numbers(events) == [1]
+    assert [watcher["state"] for watcher in watchers] == ["running"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_a_stream_queue_declared_while_the_daemon_is_down_is_read_from_its_first_message(
+    broker: RabbitMq, tmp_path: Path, database_url: str
+) -> None:
+    """A stream queue keeps its messages and is read from where its consumer says. With no
+    offset stored, that was ``next``: the messages of a stream declared after the watcher was
+    deployed (here while the daemon is down) that came before the watcher's next start were
+    never events. It is read from the watcher's first start, stored by the first daemon."""
+    name = f"triggerer-test-{uuid.uuid4().hex}"
+    uri = f"amqp://{broker.address}/%2F/{name}"
+    source = Source(uri=uri, send=lambda bodies: send(uri, bodies))
+    write_pipelines(tmp_path / "pipelines", watching(source))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        await failed_missing(process, database_url, times=1)
+        process.signal(signal.SIGTERM)
+        assert await process.wait(60) == 0, process.tail()
+        await declare_queue(broker.address, name, kind="stream")
+        broker.made.append(name)
+        await posted(process, "rabbitmq", uri, json.dumps({"i": 1}))
+        process.start()
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
+        await posted(process, "rabbitmq", uri, json.dumps({"i": 2}))
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
+        await anyio.sleep(1)  # anything read twice would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert numbers(events) == [1, 2]

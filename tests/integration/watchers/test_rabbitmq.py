@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -43,12 +44,22 @@ def uri(name: str, address: str = SHARED_RABBITMQ) -> str:
 
 @contextlib.asynccontextmanager
 async def running(trigger: RabbitMqTrigger) -> AsyncIterator[AsyncGenerator[TriggerEvent, None]]:
+    """The trigger's events, without the checkpoint of its first start (see
+    :func:`test_the_first_start_is_stored_first`)."""
     events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    only = messages(events)
     try:
-        yield events
+        yield only
     finally:
+        await only.aclose()
         await events.aclose()
         await trigger.cleanup()
+
+
+async def messages(events: AsyncIterator[TriggerEvent]) -> AsyncGenerator[TriggerEvent, None]:
+    async for event in events:
+        if not event.is_checkpoint_only:
+            yield event
 
 
 async def take(events: AsyncGenerator[TriggerEvent, None], count: int) -> list[TriggerEvent]:
@@ -298,6 +309,62 @@ async def test_a_stream_declared_again_is_read_from_its_start(
             assert bodies(got) == [{"i": 0}, {"i": 1}]
             await ack_all(got)
     assert any(entry["event"] == "rabbitmq_stream_declared_again" for entry in logs)
+
+
+async def test_the_first_start_is_stored_first() -> None:
+    """A watcher reading new messages (``stream_offset`` ``next``, the default) yields when it
+    first started as its first checkpoint, before it looks for the queue."""
+    name = f"triggerer-test-missing-{time.time_ns()}"
+    before_ms = time.time_ns() // 1_000_000
+    trigger = RabbitMqTrigger(uri(name), reader_name="r")
+    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
+    try:
+        marker = await anext(events)
+        with pytest.raises(SourceMissing):
+            await anext(events)
+    finally:
+        await events.aclose()
+        await trigger.cleanup()
+    assert marker.is_checkpoint_only
+    assert marker.checkpoint is not None
+    key, started_ms = marker.checkpoint
+    assert key == f"rabbitmq/%2F/{name}/r/@started"
+    assert before_ms <= int(started_ms) <= time.time_ns() // 1_000_000
+
+
+async def test_a_stream_queue_is_read_from_the_first_start_while_nothing_is_stored(
+    make_rabbitmq_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher first started before its stream queue was written to (declared later, or
+    written while no daemon ran): with no offset stored it reads from that start, not from
+    ``next``; what came before that second is not read."""
+    positions = Positions(monkeypatch)
+    name = await make_rabbitmq_queue(kind="stream")
+    await publish(name, b'{"i": -1}')
+    second = int(time.time()) + 1
+    with anyio.fail_after(5):  # RabbitMQ takes the time in whole seconds: the next one
+        while time.time() < second:  # noqa: ASYNC110 - waiting for the clock
+            await anyio.sleep(0.05)
+    positions.stored[f"rabbitmq/%2F/{name}/r/@started"] = str(second * 1000)
+    await publish(name, b'{"i": 0}', b'{"i": 1}')
+    async with running(RabbitMqTrigger(uri(name), reader_name="r")) as events:
+        got = await take(events, 2)
+    assert bodies(got) == [{"i": 0}, {"i": 1}]
+
+
+async def test_another_queue_is_consumed_though_a_first_start_is_stored(
+    make_rabbitmq_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a stream queue takes a start time: a quorum queue refuses it, and is consumed
+    without one."""
+    positions = Positions(monkeypatch)
+    name = await make_rabbitmq_queue(kind="quorum")
+    positions.stored[f"rabbitmq/%2F/{name}/r/@started"] = str(time.time_ns() // 1_000_000)
+    await send(uri(name), ['{"i": 0}'])
+    async with running(RabbitMqTrigger(uri(name), reader_name="r")) as events:
+        got = await take(events, 1)
+        await ack_all(got)
+    assert bodies(got) == [{"i": 0}]
 
 
 async def test_lag_is_the_ready_backlog(make_rabbitmq_queue: MakeQueue) -> None:
