@@ -2,7 +2,8 @@
 run's log is shipped into the store while it runs, so another daemon on the same PostgreSQL
 shows it, while it runs and after the daemon that ran it and its logs folder are gone; a daemon
 killed during a run leaves what the run had printed, and the run, started again, goes on after
-it; a log past ``[runs] log_max_bytes`` keeps its start and its end and says what was cut; an
+it; the store keeps the latest try's log; a log past ``[runs] log_max_bytes`` keeps its start
+and its end and says what was cut; an
 empty log says why (queued, cancelled before it started, nothing printed yet or at all); an
 unknown run is an error."""
 
@@ -267,6 +268,40 @@ async def test_a_log_past_the_cap_keeps_its_start_and_its_end_and_says_what_was_
 async def _stored_bytes(session: AsyncSession) -> int:
     chunks = models.RunLogChunk
     return int(await session.scalar(select(func.sum(func.length(chunks.data)))) or 0)
+
+
+FLAKY = """
+    from triggerer import pipeline
+
+    @pipeline(retries=1, retry_delay_s=0.1)
+    def flaky(spark, context):
+        print("flaky try", context.try_number, flush=True)
+        if context.try_number == 1:
+            raise RuntimeError("the first try fails")
+"""
+
+
+@pytest.mark.timeout(240)
+async def test_the_store_keeps_the_log_of_the_latest_try(tmp_path: Path, spark_remote: str) -> None:
+    deployment = no_kafka(tmp_path, sqlite_url(tmp_path), spark_remote)
+    deployment.write_pipelines(FLAKY)
+    single = daemon(deployment, "single")
+    with single.process:
+        await single.start()
+        async with httpx.AsyncClient(base_url=single.url, timeout=30) as client:
+            run_id = (await client.post("/pipelines/flaky/runs")).json()["run_id"]
+            await until(lambda: _state_is(client, run_id, "success"))
+            text = (await client.get(f"/runs/{run_id}/logs")).text
+        tries = await deployment.query(_tries_stored)
+
+    assert "flaky try 2\n" in text
+    assert "flaky try 1" not in text
+    assert tries == [2]
+
+
+async def _tries_stored(session: AsyncSession) -> list[int]:
+    chunks = models.RunLogChunk
+    return list((await session.scalars(select(chunks.try_number).distinct())).all())
 
 
 HELD = """

@@ -163,6 +163,8 @@ class LogShipper:
         self._file_start = 0
         # None until read from the store, and after a write that may or may not have landed.
         self._kept: Kept | None = None
+        # The chunks of the run's earlier tries go with this try's first write.
+        self._earlier_tries = True
         self._waiting_for_store = False
         self._given_up = False
 
@@ -219,6 +221,12 @@ class LogShipper:
             return
         self._kept = None  # until the write is known to have landed
         async with self._sessions.begin() as session:
+            if self._earlier_tries:
+                await session.execute(
+                    delete(_CHUNK).where(
+                        _CHUNK.run_pk == self._run_pk, _CHUNK.try_number != self._try_number
+                    )
+                )
             await session.execute(
                 insert(_CHUNK),
                 [
@@ -238,16 +246,12 @@ class LogShipper:
                     delete(_CHUNK).where(*self._own(), _CHUNK.seq.between(first, last))
                 )
         self._kept = shipment.kept
+        self._earlier_tries = False
 
     async def _read_back(self) -> Kept:
-        """What the store keeps of this try (an earlier attempt's chunks, or those of a write
-        whose outcome was not known); the chunks of the run's other tries are deleted."""
-        async with self._sessions.begin() as session:
-            await session.execute(
-                delete(_CHUNK).where(
-                    _CHUNK.run_pk == self._run_pk, _CHUNK.try_number != self._try_number
-                )
-            )
+        """What the store keeps of this try: an earlier attempt's chunks, or those of a write
+        whose outcome was not known (a read: a short try writes once)."""
+        async with self._sessions() as session:
             rows = await session.execute(
                 select(_CHUNK.seq, _CHUNK.position, func.length(_CHUNK.data))
                 .where(*self._own())
