@@ -3,9 +3,8 @@ run's log is shipped into the store while it runs, so another daemon on the same
 shows it, while it runs and after the daemon that ran it and its logs folder are gone; a daemon
 killed during a run leaves what the run had printed, and the run, started again, goes on after
 it; the store keeps the latest try's log; a log past ``[runs] log_max_bytes`` keeps its start
-and its end and says what was cut; an
-empty log says why (queued, cancelled before it started, nothing printed yet or at all); an
-unknown run is an error."""
+and its end and says what was cut; an empty log says why (queued, cancelled before it started,
+nothing printed yet or at all); an unknown run is an error."""
 
 from __future__ import annotations
 
