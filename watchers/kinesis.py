@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import time
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -27,6 +26,7 @@ from triggerer import checkpoints
 from triggerer.backoff import backoff_s
 from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, WatchedAsset
+from watchers.first_start import STARTED, first_start
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
 
@@ -43,8 +43,6 @@ MAX_RECORDS_PER_PUT = 500
 _PUT_ATTEMPTS = 8
 DEFAULT_APPLICATION = "triggerer"
 """The name a trigger run on its own reads as (in the daemon: one derived from its watcher)."""
-STARTED = "@started"
-"""The key (after the trigger's prefix) of when it first started, in epoch milliseconds."""
 
 
 def parse_kinesis_uri(uri: str) -> tuple[str, str | None, str | None]:
@@ -118,7 +116,9 @@ class KinesisTrigger(BaseEventTrigger):
     watcher starting again reads each shard after its stored position, or on a first start
     from ``start`` (``TRIM_HORIZON``, the oldest record kept, or ``LATEST``). A shard without
     a position on a later start is read from its start, or with ``LATEST`` from the time of the
-    first start, which is stored too. Positions are kept under ``application_name``, by default
+    first start, which is stored too, before the stream is looked for
+    (:mod:`watchers.first_start`): a stream created after the watcher was deployed is read from
+    its first record. Positions are kept under ``application_name``, by default
     derived from the watcher (:meth:`for_watcher`); ``reads_as`` shows it. Resharding is
     followed (a parent read to its end before its children), as are expired iterators and
     throttling. Credentials, region and endpoint may come from the named ``connection``.
@@ -213,22 +213,23 @@ class KinesisTrigger(BaseEventTrigger):
         from watchers.kinesis_reader import KinesisClient, ShardReader
 
         self._processing.load()
+        prefix = self.checkpoint_prefix()
+        first = await first_start(prefix + STARTED)
+        if first.now:
+            # Taken before any iterator (a LATEST one starts after it), and before the stream
+            # is looked for: a stream created later is read from this time on.
+            yield first.checkpoint()
         client = KinesisClient()
         try:
             await client.connect(self.region_name, self.endpoint_url, self.connection)
             await self._check_stream(client)
-            prefix = self.checkpoint_prefix()
             stored = await checkpoints.stored_positions(prefix)
             positions = {
                 key.removeprefix(prefix): position
                 for key, position in stored.items()
                 if "/" not in key.removeprefix(prefix)
             }
-            started_at = positions.pop(STARTED, None)
-            if started_at is None:
-                # Taken before any iterator: a LATEST one starts after it.
-                now_ms = str(time.time_ns() // 1_000_000)
-                yield TriggerEvent.checkpoint_only(prefix + STARTED, now_ms)
+            positions.pop(STARTED, None)
             reader = ShardReader(
                 client,
                 self.stream,
@@ -237,7 +238,7 @@ class KinesisTrigger(BaseEventTrigger):
                 limit=self.limit,
                 idle_s=self.poll_interval_s,
                 relist_interval_s=self.shard_sync_interval_s,
-                started_at_ms=None if started_at is None else int(started_at),
+                started_at_ms=None if first.now else first.at_ms,
             )
             self._millis_behind = reader.millis_behind
             reader.on_answer = self.polled

@@ -16,8 +16,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from deploy.local.services import free_port, tansu
-from tests.e2e.daemon import ORDERS, Deployment, event_count, events_of
-from tests.fixtures.brokers import create_topic
+from tests.e2e.daemon import ORDERS, Deployment, event_count, events_of, triggerer_cli
+from tests.fixtures.brokers import create_topic, unique_name
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -161,3 +161,38 @@ async def produce_stamped(bootstrap: str, topic: str, value: object, timestamp_m
         await producer.send_and_wait(topic, json.dumps(value).encode(), timestamp_ms=timestamp_ms)
     finally:
         await producer.stop()
+
+
+async def test_the_first_message_of_a_topic_missing_when_the_watcher_started_is_an_event(
+    tmp_path: Path, database_url: str, kafka_broker: str, request: pytest.FixtureRequest
+) -> None:
+    """Issue 29, for Kafka: the watcher subscribes to a topic that does not exist. Kafka makes
+    a topic on first use (``auto.create.topics.enable``, the broker's default; tansu always
+    does): the watcher's own metadata request makes it, and its partitions are assigned before
+    anything is sent, so the first message ``triggerer post kafka`` sends is an event."""
+    topic = unique_name(request)
+    deployment = Deployment(tmp_path, database_url, NO_SPARK, kafka_broker, topic)
+    deployment.write_pipelines(ORDERS)
+    config = deployment.config_file()
+    with deployment.process_with_config(config) as daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await daemon.wait_logged("kafka_partitions_assigned", timeout_s=60)
+        posted = await triggerer_cli(
+            daemon.env,
+            "--config",
+            str(config),
+            "post",
+            "kafka",
+            topic,
+            '{"i": 1}',
+            "--bootstrap-servers",
+            kafka_broker,
+        )
+        assert posted.returncode == 0, posted.stderr
+        await deployment.wait_for(lambda s: event_count(s, "orders"), lambda n: n >= 1)
+        await deployment.produce([{"i": 2}])
+        await deployment.wait_for(lambda s: event_count(s, "orders"), lambda n: n >= 2)
+        await anyio.sleep(1)  # a message read twice would be stored by now
+        events = await deployment.query(lambda s: events_of(s, "orders"))
+    assert values(events) == [1, 2], daemon.tail()

@@ -38,6 +38,7 @@ from tests.e2e.providers.contract import (
     ProviderContract,
     Source,
     daemon,
+    failed_missing,
     numbers,
     send_numbered,
     watching,
@@ -209,3 +210,38 @@ async def test_latest_on_a_quiet_stream_reads_after_a_kill_9_what_came_while_dow
         assert process.process is not None
         assert process.process.poll() is None, process.tail()
     assert numbers(events) == list(range(20))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_latest_on_a_stream_created_while_the_daemon_is_down_reads_its_first_record(
+    moto_server: str, tmp_path: Path, database_url: str
+) -> None:
+    """The stream is missing at the watcher's first start (its error, looked for again within
+    seconds); the daemon stops; the stream is created and written to; the daemon starts again.
+    The first start was stored before the stream was looked for, so this start is not a first
+    one, and ``LATEST`` reads from that first start: the first record is an event."""
+    from aiobotocore.session import get_session
+
+    stream = f"stream-{uuid.uuid4().hex[:12]}"
+    uri = f"kinesis://{stream}?endpoint_url={moto_server}&region=us-east-1"
+    source = Source(uri=uri, send=lambda bodies: send(uri, list(bodies)))
+    write_pipelines(tmp_path / "pipelines", watching(source, start="LATEST", poll_interval_s=0.2))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        error = await failed_missing(process, database_url, times=1)
+        process.signal(signal.SIGTERM)
+        assert await process.wait(60) == 0, process.tail()
+        async with get_session().create_client("kinesis", endpoint_url=moto_server) as client:
+            await create_stream(client, stream, shards=2)
+        await source.send([json.dumps({"i": 1})])
+        process.start()
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
+        await source.send([json.dumps({"i": 2})])
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
+        await anyio.sleep(1)  # a record read twice would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert f"Kinesis stream {stream!r} does not exist" in error
+    assert numbers(events) == [1, 2]
