@@ -21,6 +21,7 @@ from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, WatchedAsset
 from watchers import nats_client
 from watchers.clients import require
+from watchers.first_start import FirstStart, first_start, started_key
 from watchers.nats_in_flight import InFlight, MessageAck
 from watchers.nats_pull import Pull, PullEnded
 from watchers.payloads import decode_body
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
     from nats.aio.client import Client
     from nats.aio.msg import Msg
+    from nats.js.api import DeliverPolicy
+    from nats.js.client import JetStreamContext
 
 log = structlog.get_logger(__name__)
 
@@ -186,10 +189,16 @@ class NatsTrigger(BaseEventTrigger):
         await self.cleanup()  # a previous run's connection, when the daemon restarts it
         errors = require("nats.errors", "nats")
         self._processing.load()
+        first = None
+        if self.deliver_policy == "new":
+            first = await first_start(started_key(f"nats/{self.stream}/{self.durable_name}/"))
+            if first.now:
+                # Stored before the stream is looked for: a stream created later is new.
+                yield first.checkpoint()
         backoff = Backoff(max_s=BACKOFF_MAX_S)
         while True:
             try:
-                client, pull = await self._open()
+                client, pull = await self._open(first)
                 backoff.attempt = 0
                 async for event in self._read(client, pull):
                     yield event
@@ -214,9 +223,9 @@ class NatsTrigger(BaseEventTrigger):
 
     # -- connecting
 
-    async def _open(self) -> tuple[Client, Pull]:
+    async def _open(self, first: FirstStart | None) -> tuple[Client, Pull]:
         """Connect, read the stream's creation time, create or update the durable; the pulls of
-        the durable."""
+        the durable. ``first``: when the watcher first started (``deliver_policy`` ``new``)."""
         errors = require("nats.js.errors", "nats")
         api = require("nats.js.api", "nats")
         address = nats_client.NatsAddress(self.servers, self.stream, self.subject)
@@ -246,7 +255,7 @@ class NatsTrigger(BaseEventTrigger):
             # server takes a new max_deliver for an existing durable.
             max_deliver=UNLIMITED,
             max_ack_pending=self.max_in_flight,
-            deliver_policy=api.DeliverPolicy(self.deliver_policy),
+            deliver_policy=await self._durable_policy(jetstream, created_ns, first),
         )
         try:
             consumer = await jetstream.add_consumer(self.stream, config)
@@ -275,6 +284,23 @@ class NatsTrigger(BaseEventTrigger):
             stream_created_ns=self._created_ns,
         )
         return client, pull
+
+    async def _durable_policy(
+        self, jetstream: JetStreamContext, created_ns: int, first: FirstStart | None
+    ) -> DeliverPolicy:
+        """The deliver policy of the durable: an existing durable's own (the server changes
+        it for none), else ``deliver_policy``, but ``all`` for ``new`` on a stream created
+        since the watcher first started: every message of such a stream is new to it (made
+        after the watcher was deployed, maybe while the daemon was down)."""
+        api = require("nats.js.api", "nats")
+        errors = require("nats.js.errors", "nats")
+        try:
+            info = await jetstream.consumer_info(self.stream, self.durable_name)
+        except errors.NotFoundError:
+            if first is not None and not first.now and created_ns >= first.at_ms * 1_000_000:
+                return api.DeliverPolicy.ALL  # type: ignore[no-any-return]  # an untyped client
+            return api.DeliverPolicy(self.deliver_policy)  # type: ignore[no-any-return]
+        return info.config.deliver_policy  # type: ignore[no-any-return]
 
     async def _closed(self) -> None:
         # A reader waiting for room or for messages finds the connection gone.

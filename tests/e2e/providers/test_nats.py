@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,14 +15,17 @@ import pytest
 
 from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
 from tests.e2e.providers.contract import (
+    FOUND_WITHIN_S,
     Broker,
     PrivateBroker,
     ProviderContract,
     Source,
     daemon,
     dead_letter_count,
+    failed_missing,
     listed,
     numbers,
+    posted,
     watching,
 )
 from tests.fixtures.nats import SHARED_NATS, create_stream, delete_stream, nats_server
@@ -87,7 +90,7 @@ class PrivateNats(NatsBroker, PrivateBroker):
 
 
 @pytest.fixture
-async def broker() -> object:
+async def broker() -> AsyncIterator[NatsBroker]:
     shared = NatsBroker(SHARED_NATS)
     yield shared
     for name in shared.streams:
@@ -177,3 +180,77 @@ class TestNats(ProviderContract):
             "delivered 3 times, more than max_deliveries=2, without its event being stored"
         )
         assert json.loads(letter["payload"])["payload"]["body"]["poison"] is True
+
+
+def missing_stream(broker: NatsBroker, **options: object) -> tuple[str, Source]:
+    """A stream of the test's own that does not exist yet (deleted after the test), and the
+    source of its subject; the stream's name."""
+    name = f"triggerer-test-{uuid.uuid4().hex[:12]}"
+    broker.streams.append(name)
+    subject_uri = f"nats://{broker.servers}/{name}/{name}.in"
+
+    async def send(bodies: Sequence[str]) -> None:
+        await PROVIDER.send(subject_uri, list(bodies))
+
+    return name, Source(uri=subject_uri, send=send, options={"fetch_wait_s": 1, **options})
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_a_stream_created_after_the_watcher_started_is_read_within_seconds(
+    broker: NatsBroker, tmp_path: Path, database_url: str
+) -> None:
+    """Issue 29, for NATS: the watcher's stream is missing (its error, looked for again every
+    5 s at most, not after a backoff grown towards a minute); the stream is created and the
+    first message published to it is an event within seconds (the durable, made then with
+    ``deliver_policy="all"``, the default, reads what the stream holds)."""
+    name, source = missing_stream(broker)
+    write_pipelines(tmp_path / "pipelines", watching(source))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        error = await failed_missing(process, database_url)
+        await create_stream(broker.servers, name)
+        await posted(process, "nats", source.uri, json.dumps({"i": 1}))
+        await wait_for(
+            database_url,
+            lambda s: event_count(s, "stream"),
+            lambda n: n >= 1,
+            timeout_s=FOUND_WITHIN_S,
+        )
+        await posted(process, "nats", source.uri, json.dumps({"i": 2}))
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
+        await anyio.sleep(1)  # anything delivered twice would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert f"NATS stream {name!r} does not exist" in error
+    assert numbers(events) == [1, 2]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_new_on_a_stream_created_while_the_daemon_is_down_reads_its_first_message(
+    broker: NatsBroker, tmp_path: Path, database_url: str
+) -> None:
+    """``deliver_policy="new"``: the stream is missing at the watcher's first start, then
+    created and written to while the daemon is down. Its durable, made by the next start, was
+    ``new`` from then on and skipped that message; the stream was created after the watcher
+    first started, so every message of it is new to the watcher: the durable reads them all."""
+    name, source = missing_stream(broker, deliver_policy="new")
+    write_pipelines(tmp_path / "pipelines", watching(source))
+    with daemon(tmp_path, database_url, source) as process:
+        process.start()
+        await failed_missing(process, database_url, times=1)
+        process.signal(signal.SIGTERM)
+        assert await process.wait(60) == 0, process.tail()
+        await create_stream(broker.servers, name)
+        await posted(process, "nats", source.uri, json.dumps({"i": 1}))
+        process.start()
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
+        await posted(process, "nats", source.uri, json.dumps({"i": 2}))
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
+        await anyio.sleep(1)  # anything delivered twice would be stored by now
+        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        assert process.process is not None
+        assert process.process.poll() is None, process.tail()
+    assert numbers(events) == [1, 2]
