@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service.explain import condition_of
+from triggerer.service.queries import watcher_failing, watcher_recovered
 from triggerer.service.store import models
 from triggerer.service.store.models import RefRole
 from triggerer.service.views import View
@@ -26,6 +27,10 @@ class Node(View):
     """Of an asset."""
     state: str | None = None
     """Of a watcher: its trigger's state."""
+    failing: bool | None = None
+    """Of a watcher: its current state is an error (see ``GET /watchers``)."""
+    recovered: bool | None = None
+    """Of a watcher: it has run since its last error (see ``GET /watchers``)."""
     schedule: str | None = None
     """Of a pipeline, as text."""
     condition: Any = None
@@ -59,13 +64,22 @@ async def lineage(session: AsyncSession) -> Lineage:
     )
     edges: list[Edge] = []
     watchers = await session.execute(
-        select(models.AssetWatcher.asset_id, models.AssetWatcher.name, models.Trigger.state)
+        select(models.AssetWatcher.asset_id, models.AssetWatcher.name, models.Trigger)
         .join(models.Trigger, models.Trigger.id == models.AssetWatcher.trigger_id)
         .order_by(models.AssetWatcher.asset_id, models.AssetWatcher.name)
     )
-    for asset_id, name, state in watchers.all():
+    for asset_id, name, trigger in watchers.all():
         watcher = f"watcher:{asset_id}:{name}"
-        nodes.append(Node(id=watcher, kind="watcher", name=name, state=state))
+        nodes.append(
+            Node(
+                id=watcher,
+                kind="watcher",
+                name=name,
+                state=trigger.state,
+                failing=watcher_failing(trigger.state),
+                recovered=watcher_recovered(trigger),
+            )
+        )
         edges.append(Edge(source=watcher, target=f"asset:{asset_id}", kind="feeds"))
     pipelines = await session.scalars(select(models.Pipeline).order_by(models.Pipeline.pipeline_id))
     nodes.extend(

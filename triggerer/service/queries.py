@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from triggerer.service.store import models
-from triggerer.service.store.models import RefRole
+from triggerer.service.store.models import RefRole, TriggerState
 from triggerer.service.views import (
     AliasRow,
     AssetRow,
@@ -302,6 +302,23 @@ async def require_asset(session: AsyncSession, asset_id: int) -> None:
 # -- Watchers --------------------------------------------------------------------------------
 
 
+def watcher_failing(state: str) -> bool:
+    """Whether a watcher in ``state`` is failing now: backing off before its next attempt, or
+    failed for good (an unusable or refused trigger)."""
+    return state in (TriggerState.BACKOFF, TriggerState.FAILED)
+
+
+def watcher_recovered(trigger: models.Trigger) -> bool:
+    """Whether the watcher of ``trigger`` has run since its last error: running, and its last
+    poll (an event counts as one) came after the error. Its error is then history."""
+    return (
+        trigger.state == TriggerState.RUNNING
+        and trigger.last_error_at is not None
+        and trigger.last_poll_at is not None
+        and trigger.last_poll_at > trigger.last_error_at
+    )
+
+
 async def watchers(session: AsyncSession, *, limit: int = 100, offset: int = 0) -> list[WatcherRow]:
     """Each watcher with its trigger's state as last reported: polls, restarts, lag, errors."""
     rows = await session.execute(
@@ -326,6 +343,9 @@ async def watchers(session: AsyncSession, *, limit: int = 100, offset: int = 0) 
             lag=trigger.lag,
             consumer_group=trigger.reads_as,
             last_error=trigger.last_error,
+            last_error_at=trigger.last_error_at,
+            failing=watcher_failing(trigger.state),
+            recovered=watcher_recovered(trigger),
             instance_id=trigger.instance_id,
         )
         for name, asset_id, uri, trigger in rows.all()

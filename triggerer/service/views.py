@@ -97,6 +97,15 @@ class WatcherRow(View):
     """Messages waiting in the source, when the trigger can tell."""
     consumer_group: str | None
     last_error: str | None
+    """Why its last attempt failed: the current state while ``failing``, history after."""
+    last_error_at: dt.datetime | None
+    """When ``last_error`` happened."""
+    failing: bool
+    """Its current state is an error: backing off before it tries again (``backoff``), or
+    ``failed``. Only such a watcher is shown as failing (red in the UI)."""
+    recovered: bool
+    """It failed, and has run since: ``running``, with a poll after ``last_error_at``. Its last
+    error is history."""
     instance_id: str | None
     """The instance that last reported the state."""
 

@@ -191,7 +191,9 @@ async def _sync_watchers(
                 await session.execute(
                     update(models.Trigger)
                     .where(models.Trigger.id == trigger_ids[key])
-                    .values(state=TriggerState.FAILED, last_error=competing)
+                    .values(
+                        state=TriggerState.FAILED, last_error=competing, last_error_at=utcnow()
+                    )
                 )
         await session.merge(
             models.AssetWatcher(
@@ -267,7 +269,7 @@ async def _failed_trigger(session: AsyncSession, asset: Asset, watcher: str, err
     await session.execute(
         update(models.Trigger)
         .where(models.Trigger.id == trigger_id)
-        .values(state=TriggerState.FAILED, last_error=error)
+        .values(state=TriggerState.FAILED, last_error=error, last_error_at=utcnow())
     )
     return trigger_id
 

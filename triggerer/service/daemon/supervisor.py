@@ -46,6 +46,7 @@ class WatcherStatus:
     last_poll_at: datetime | None = None
     last_event_at: datetime | None = None
     last_error: str | None = None
+    last_error_at: datetime | None = None
     restart_count: int = 0
     lag: int | None = None
     reads_as: str | None = None
@@ -242,6 +243,7 @@ class Supervisor:
         metrics.watcher_restarted(trigger_id)
         status.state = TriggerState.BACKOFF
         status.last_error = _described(error)
+        status.last_error_at = utcnow()
         healthy = anyio.current_time() - started > HEALTHY_AFTER_S
         attempt = 1 if healthy else status.restart_count
         # A source that does not exist yet is usually made soon, by hand or by its first

@@ -246,6 +246,8 @@ class Trigger(Base):
     last_poll_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
     last_event_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
     last_error: Mapped[str | None] = mapped_column(Text)
+    #: When ``last_error`` happened: a watcher that has polled since has recovered from it.
+    last_error_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
     restart_count: Mapped[int] = mapped_column(default=0)
     lag: Mapped[int | None] = mapped_column(BigInteger)
     #: The name the running trigger reads its source under (a Kafka consumer group).
