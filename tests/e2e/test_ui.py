@@ -14,6 +14,7 @@ import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +22,9 @@ import httpx
 import pytest
 from playwright.async_api import ConsoleMessage, Page, async_playwright, expect
 
-from tests.e2e.daemon import ORDERS, runs
+from tests.e2e.daemon import ORDERS, runs, sqlite_url
 from tests.e2e.test_api import api_url
+from tests.e2e.test_watcher_recovery import RECOVERY_TIMEOUT_S, recovery_deployment
 from triggerer.service.api.app import STATIC
 
 if TYPE_CHECKING:
@@ -317,10 +319,13 @@ def collect_errors(page: Page) -> list[str]:
 
 
 @asynccontextmanager
-async def open_ui(deployment: Deployment, route: str = "") -> AsyncIterator[OpenUI]:
-    """The daemon of ``PIPELINES`` with the API open (no tokens), and a page of its UI at
-    ``route`` once the graph is drawn; the page's console errors must be none at the end."""
-    deployment.write_pipelines(ORDERS + PIPELINES)
+async def open_ui(
+    deployment: Deployment, route: str = "", *, more_pipelines: str = ""
+) -> AsyncIterator[OpenUI]:
+    """The daemon of ``PIPELINES`` (and ``more_pipelines``) with the API open (no tokens), and a
+    page of its UI at ``route`` once the graph is drawn; the page's console errors must be none
+    at the end."""
+    deployment.write_pipelines(ORDERS + PIPELINES + more_pipelines)
     config = deployment.config_file(api={"enabled": True, "port": 0})
     with deployment.process_with_config(config) as daemon:
         daemon.start()
@@ -529,6 +534,211 @@ async def test_missing_libraries_are_said_in_words_naming_the_fix(
             await expect(page.locator("#load-error")).to_be_visible()
             await expect(page.locator("#load-error")).to_contain_text("pip install")
             await browser.close()
+
+
+TIMED = """
+    import time
+
+    @pipeline()
+    def timed(spark, context):
+        time.sleep(context.params["sleep_s"])
+"""
+VIEWPORTS = {"1400x900": (1400, 900), "1024x768": (1024, 768)}
+"""The window sizes every page is checked at."""
+READABLE_LABEL_PX = 12
+"""The least a node's label is drawn at, in screen pixels."""
+
+LAYOUT_CHECKS = Path(__file__).with_name("layout_checks.js")
+"""The page's own checks of what does not fit (``window.layoutChecks``)."""
+
+
+async def check_layout(page: Page, container: str) -> list[str]:
+    """What does not fit on the page: the document, the page, panel or sidebar wider than
+    they are, a table cell in ``container`` past its edge, the header on two lines, chart axis
+    labels on top of each other."""
+    problems: list[str] = await page.evaluate(
+        "(selectors) => layoutChecks.overflowing(selectors)",
+        ["html", "body", "main", "#page", "#panel", "#sidebar"],
+    )
+    problems += await page.evaluate("(c) => layoutChecks.cutOff(c)", container)
+    problems += await page.evaluate("layoutChecks.wrappedHeader()")
+    problems += await page.evaluate("layoutChecks.axisOverlaps()")
+    return problems
+
+
+async def visit(page: Page, route: str) -> None:
+    """Open ``route`` and wait for the poll after it: the charts take their width then."""
+    polls = await page.evaluate("window.triggerer.polls")
+    await page.evaluate("(route) => { location.hash = route; }", route)
+    await page.wait_for_function(f"window.triggerer.polls >= {polls + 2}")
+
+
+async def shoot_page(page: Page, name: str) -> None:
+    """A screenshot in ``var/screenshots/pages/`` (Playwright makes the folder), its path
+    printed in the test's output."""
+    path = SCREENSHOTS / "pages" / f"{name}.png"
+    await page.screenshot(path=path)
+    print(f"screenshot: {path}")  # noqa: T201 - where to look, in the test's output
+
+
+@pytest.mark.timeout(600)  # five Spark runs, two window sizes, on a machine shared with others
+async def test_every_page_fits_at_two_window_sizes_with_readable_labels_and_true_captions(
+    deployment: Deployment,
+) -> None:
+    """Issue 29: the pipeline panel's runs table cut its events column off, the durations
+    chart's time labels ran into each other, the graph stayed half hidden beside the open
+    panel, the median of two runs was the longer one, the Runs timeline spanned a day whatever
+    its runs, node labels were 9-10 px. Each page at two window sizes, in screenshots."""
+    async with open_ui(deployment, more_pipelines=TIMED) as ui:
+        page, client = ui.page, ui.client
+        await page.add_script_tag(content=LAYOUT_CHECKS.read_text())
+        await run_the_flow(deployment, client)
+        for sleep_s in (1.2, 8.0):
+            posted = await client.post(
+                "/pipelines/timed/runs", json={"params": {"sleep_s": sleep_s}}
+            )
+            assert posted.status_code == 201, posted.text
+            await deployment.wait_for(
+                runs,
+                lambda rows: not any(r.state in ("queued", "running") for r in rows),
+                timeout_s=RUN_TIMEOUT_MS / 1000,
+            )
+        timed = (await client.get("/activity/runs?pipeline_id=timed")).json()["runs"]
+        assert [run["state"] for run in timed] == ["success", "success"]
+        shorter, longer = sorted(run["duration_s"] for run in timed)
+        listed = (await client.get("/runs")).json()
+        first_start = min(datetime.fromisoformat(r["start_date"]).timestamp() for r in listed)
+        problems: dict[str, list[str]] = {}
+
+        for size, (width, height) in VIEWPORTS.items():
+            await page.set_viewport_size({"width": width, "height": height})
+
+            await visit(page, "#/")
+            await expect(page.locator("#panel")).to_be_hidden()
+            problems[f"{size} lineage"] = await check_layout(page, "#sidebar")
+            problems[f"{size} lineage labels"] = await page.evaluate(
+                "(px) => layoutChecks.smallLabels(px)", READABLE_LABEL_PX
+            )
+            if width >= 1400:  # room enough for this small graph at a readable zoom
+                problems[f"{size} lineage in view"] = await page.evaluate(
+                    "layoutChecks.outOfView()"
+                )
+            await shoot_page(page, f"{size}-lineage")
+
+            # The panel of timed: its runs table and chart fit, the caption's median is the
+            # mean of the middle two, the graph beside the panel shows the selected node.
+            await visit(page, "#/pipeline/timed")
+            caption = page.locator("[data-chart='durations-timed'] figcaption")
+            await expect(caption).to_contain_text(
+                f"median {(shorter + longer) / 2:.1f}s, longest {longer:.1f}s", timeout=CHART_MS
+            )
+            await expect(page.locator("#panel tr[data-run-id]")).to_have_count(2)
+            problems[f"{size} pipeline panel"] = await check_layout(page, "#panel")
+            problems[f"{size} durations chart's windows"] = await page.evaluate(
+                "layoutChecks.axisOverlapsOverWindows('durations-timed')"
+            )
+            problems[f"{size} graph beside the panel"] = await page.evaluate(
+                "[...layoutChecks.graphUnderPanel(), ...layoutChecks.outOfView('pipeline:timed')]"
+            )
+            problems[f"{size} panel labels"] = await page.evaluate(
+                "(px) => layoutChecks.smallLabels(px)", READABLE_LABEL_PX
+            )
+            await shoot_page(page, f"{size}-pipeline-panel")
+            # The panel of the graph's last node: the graph moves to show it beside the panel.
+            await visit(page, "#/pipeline/publish")
+            await expect(page.locator("#panel h1")).to_have_text("publish")
+            problems[f"{size} publish beside its panel"] = await page.evaluate(
+                "layoutChecks.outOfView('pipeline:publish')"
+            )
+            await shoot_page(page, f"{size}-pipeline-panel-publish")
+
+            # The Runs page: its timeline spans its runs (from a little before the first, 5
+            # minutes at least) to now, not the day they sit at the end of.
+            await visit(page, "#/runs")
+            await expect(page.locator("tr[data-run-id]")).to_have_count(len(listed))
+            shown = await page.evaluate(
+                """() => ({
+                    ...window.triggerer.charts.get("runs-timeline").scales.x,
+                    now: Date.now() / 1000,
+                })"""
+            )
+            margin = max(shown["now"] - first_start, 300)
+            if not (
+                first_start - margin <= shown["min"] <= first_start
+                and abs(shown["max"] - shown["now"]) < 60
+            ):
+                problems[f"{size} runs timeline"] = [f"{shown} for a first run at {first_start}"]
+            problems[f"{size} runs"] = await check_layout(page, "#page")
+            await shoot_page(page, f"{size}-runs")
+
+            await visit(page, f"#/run/{listed[0]['run_id']}")
+            await expect(page.locator("#page h1")).to_contain_text("Run ")
+            problems[f"{size} run"] = await check_layout(page, "#page")
+            await shoot_page(page, f"{size}-run")
+
+            await visit(page, "#/watchers")
+            await expect(page.locator("tr[data-watcher=orders_topic]")).to_be_visible()
+            problems[f"{size} watchers"] = await check_layout(page, "#page")
+            await shoot_page(page, f"{size}-watchers")
+
+            await visit(page, "#/dead-letters")
+            await expect(page.locator("#page h1")).to_have_text("Dead letters")
+            problems[f"{size} dead letters"] = await check_layout(page, "#page")
+            await shoot_page(page, f"{size}-dead-letters")
+        found = [f"{where}: {problem}" for where, some in problems.items() for problem in some]
+        assert found == [], "\n".join(found)
+
+
+RED = "rgb(179, 38, 30)"
+"""The red of a failing watcher's state in the Nodes list (#b3261e)."""
+RED_FILL = "rgb(248,215,212)"
+"""A failing watcher's fill on the graph (#f8d7d4), as cytoscape gives it."""
+GREEN_FILL = "rgb(230,244,234)"
+"""A watcher's fill otherwise (#e6f4ea)."""
+
+
+@pytest.mark.timeout(180)
+async def test_a_recovered_watcher_is_drawn_running_with_its_error_as_history(
+    tmp_path: Path,
+) -> None:
+    """Issue 29: a watcher that failed on a missing source and ran once the source was made
+    stayed red on the graph, in the Nodes list and on the Watchers page."""
+    deployment, config, folder = recovery_deployment(tmp_path, sqlite_url(tmp_path))
+    with deployment.process_with_config(config) as daemon:
+        daemon.start()
+        await daemon.wait_logged("api_listening")
+        url = api_url(daemon)
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = await browser.new_page(viewport={"width": 1400, "height": 900})
+            errors = collect_errors(page)
+            await page.goto(url.removesuffix("/api/v1") + "/")
+            node = "window.triggerer.cy?.nodes(\"[kind = 'watcher']\")"
+            await page.wait_for_function(f"{node}?.hasClass('failing')")
+            assert await page.evaluate(f"{node}.style('background-color')") == RED_FILL
+            entry = page.locator("#nodes [data-node^='watcher:'] .node-state")
+            await expect(entry).to_have_css("color", RED)
+            await shoot(page, "watcher-failing")
+
+            folder.mkdir()
+            await page.wait_for_function(
+                f"{node}.hasClass('running')", timeout=RECOVERY_TIMEOUT_S * 1000
+            )
+            assert await page.evaluate(f"{node}.style('background-color')") == GREEN_FILL
+            await expect(entry).to_contain_text("running · recovered")
+            await expect(entry).not_to_have_css("color", RED)
+            await shoot(page, "watcher-recovered")
+
+            await page.evaluate("location.hash = '#/watchers'")
+            row = page.locator("tr[data-watcher=invoices_files]")
+            await expect(row.locator("[data-error=recovered]")).to_contain_text(
+                "Recovered (it has polled since). Last error at"
+            )
+            await expect(row.locator("[data-error=recovered]")).to_contain_text("invoices")
+            await expect(row.locator(".error")).to_have_count(0)
+            await shoot(page, "watchers-recovered")
+            await browser.close()
+    assert errors == []
 
 
 SILENT = """

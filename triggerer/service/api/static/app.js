@@ -60,7 +60,10 @@ const DEFAULT_GROUP = "asset"; // an asset's group unless it names one
 const LARGE_GRAPH = 600; // elements: above, layout.js lays the graph out (dagre would take seconds)
 const TOKEN_KEY = "triggerer.token";
 const ACTIVITY_MS = 5000; // how often a chart's aggregate is read again
-const READABLE_ZOOM = 0.8; // labels of 11px drawn at 9px: the least a graph opens at
+const TIMELINE_MIN_S = 300; // the least a timeline fitted to its runs spans
+const X_LABEL_SPACE = 80; // px between a chart's time labels, the widest (`12:55pm`) and a gap
+const LABEL_PX = 13; // the nodes' labels
+const READABLE_ZOOM = 12 / LABEL_PX; // labels drawn at 12 px: the least a graph opens at
 const RUN_STATES = ["success", "failed", "running", "queued", "up_for_retry", "cancelling", "cancelled"];
 const STATE_COLOURS = {
   success: "#1e8e3e", failed: "#b3261e", running: "#4b6cb7", queued: "#c98a00",
@@ -205,6 +208,10 @@ function started(run) {
 const shortRunId = (run) => run.run_id.startsWith(`${run.pipeline_id}__`)
   ? run.run_id.slice(run.pipeline_id.length + 2) : run.run_id;
 
+// A run id that may break after its `__`s and before a time's `T` (cron__2026-11-28T08:00:00):
+// the panel's runs table fits its narrow column.
+const breakable = (runId) => raw(escape(runId).replace(/__|\d(?=T\d)/g, "$&<wbr>"));
+
 const json = (value) => JSON.stringify(value, null, 2);
 const badge = (text) => raw(html`<span class="state ${text}">${text}</span>`);
 
@@ -295,17 +302,17 @@ function collapsed(elements) {
 const STYLE = [
   // Labels too small to read are not drawn: a fitted thousand-node graph draws fast.
   { selector: "node", style: {
-    "min-zoomed-font-size": 7, label: "data(label)", "text-wrap": "wrap", "text-valign": "center", "font-size": 11,
-    shape: "round-rectangle", width: 150, height: 44, "background-color": "#e8ecf4",
+    "min-zoomed-font-size": 7, label: "data(label)", "text-wrap": "wrap", "text-valign": "center", "font-size": LABEL_PX,
+    "text-max-width": 156, shape: "round-rectangle", width: 170, height: 52, "background-color": "#e8ecf4",
     "border-width": 1, "border-color": "#9aa5b8", color: "#1d2330" } },
-  { selector: "node[kind = 'watcher']", style: { shape: "round-tag", "background-color": "#e6f4ea", width: 130 } },
+  { selector: "node[kind = 'watcher']", style: { shape: "round-tag", "background-color": "#e6f4ea", width: 150, "text-max-width": 130 } },
   { selector: "node[kind = 'watcher'].failing", style: { "background-color": "#f8d7d4", "border-color": "#b3261e", "border-width": 2 } },
   { selector: "node[kind = 'asset']", style: { shape: "ellipse", "background-color": "#dde7fb" } },
   { selector: "node[kind = 'asset'].queued", style: { "border-color": "#c98a00", "border-width": 3 } },
-  { selector: "node[kind = 'group']", style: { shape: "round-rectangle", "background-color": "#dde7fb", "border-width": 2, "border-style": "double", width: 170 } },
+  { selector: "node[kind = 'group']", style: { shape: "round-rectangle", "background-color": "#dde7fb", "border-width": 2, "border-style": "double", width: 190, "text-max-width": 176 } },
   { selector: "node[kind = 'group'].queued", style: { "border-color": "#c98a00", "border-width": 4 } },
   { selector: "node[kind = 'alias']", style: { shape: "ellipse", "border-style": "dashed", "background-color": "#fff" } },
-  { selector: "node[kind = 'pipeline']", style: { shape: "rectangle", "background-color": "#fff", width: 160 } },
+  { selector: "node[kind = 'pipeline']", style: { shape: "rectangle", "background-color": "#fff", width: 180, "text-max-width": 168 } },
   // A pipeline's fill is its last run's state.
   { selector: "node[kind = 'pipeline'].last-success", style: { "background-color": "#d6f0dc", "border-color": "#1e8e3e" } },
   { selector: "node[kind = 'pipeline'].last-failed", style: { "background-color": "#f8d7d4" } },
@@ -315,7 +322,7 @@ const STYLE = [
   { selector: "node[kind = 'pipeline'].paused", style: { "background-color": "#eceff3", color: "#8690a2", "border-style": "dashed" } },
   { selector: "node[kind = 'pipeline'].failed", style: { "border-color": "#b3261e", "border-width": 3 } },
   { selector: "node[kind = 'pipeline'].running", style: { "border-color": "#1e8e3e", "border-width": 3 } },
-  { selector: "node[kind = 'gate']", style: { shape: "diamond", width: 34, height: 34, "font-size": 9, "background-color": "#fdf0c6" } },
+  { selector: "node[kind = 'gate']", style: { shape: "diamond", width: 46, height: 46, "background-color": "#fdf0c6" } },
   { selector: "node.dimmed, edge.dimmed", style: { opacity: 0.15 } },
   { selector: "node:selected", style: { "border-color": "#4b6cb7", "border-width": 3 } },
   { selector: "edge", style: {
@@ -371,7 +378,7 @@ function drawGraph(cy, elements, started) {
 // every node's style before the first draw.
 function layOut(cy) {
   const graph = new dagre.graphlib.Graph({ multigraph: true });
-  graph.setGraph({ rankdir: "LR", nodesep: 12, ranksep: 70 });
+  graph.setGraph({ rankdir: "LR", nodesep: 12, ranksep: 50 });
   graph.setDefaultEdgeLabel(() => ({}));
   cy.nodes().forEach((node) => {
     const [width, height] = nodeSize(node.data("kind"));
@@ -420,6 +427,14 @@ function fit(cy, padding = 30) {
   });
 }
 
+// The selected node in view: the graph is centred on it when it is outside.
+function showSelected(cy) {
+  const node = state.selected ? cy.$id(state.selected) : cy.collection();
+  if (!node.length) return;
+  const box = node.renderedBoundingBox();
+  if (box.x1 < 0 || box.y1 < 0 || box.x2 > cy.width() || box.y2 > cy.height()) cy.center(node);
+}
+
 function openNode(data) {
   if (data.kind === "group") {
     // Opened: its assets drawn again, and picked out by the filter.
@@ -454,9 +469,12 @@ function nodeState(data, queuedOf) {
   if (data.kind === "watcher") {
     const watcher = state.watchers.get(data.id);
     if (watcher) {
-      const failing = watcher.state !== "running" || watcher.last_error;
-      detail = `${watcher.state}${watcher.lag != null ? ` · lag ${watcher.lag}` : ""}`;
-      classes = failing ? ["failing"] : ["running"];
+      // Red only while it fails now: an error it has run since is history (watcherError).
+      const parts = [watcher.state];
+      if (watcher.lag != null) parts.push(`lag ${watcher.lag}`);
+      if (watcher.recovered) parts.push("recovered");
+      detail = parts.join(" · ");
+      classes = watcher.failing ? ["failing"] : watcher.state === "running" ? ["running"] : [];
     }
   } else if (data.kind === "asset") {
     const queued = queuedOf.get(Number(key)) || 0;
@@ -780,11 +798,15 @@ async function renderRoute() {
   document.querySelectorAll("header nav a").forEach((a) => {
     a.classList.toggle("active", a.dataset.nav === nav);
   });
+  const selected = state.selected;
   if (onGraph) selectNode(routeNode({ kind, key }));
   // The panel takes room from the graph, and one laid out while hidden had no size: fit it
-  // to the room it has now (unless the user has zoomed or panned it).
-  window.triggerer.cy?.resize();
-  if (refit && window.triggerer.cy && !state.userMoved) fit(window.triggerer.cy);
+  // to the room it has now (unless the user has zoomed or panned it), and show the node of
+  // the panel where the graph does not fit.
+  const cy = window.triggerer.cy;
+  cy?.resize();
+  if (refit && cy && !state.userMoved) fit(cy);
+  if (cy && onGraph && (refit || selected !== state.selected)) showSelected(cy);
   let target = onGraph ? $("#panel") : $("#page");
   const renderers = {
     asset: assetPanel, pipeline: pipelinePanel, watcher: watcherPanel, alias: aliasPanel, event: tracePage,
@@ -857,7 +879,8 @@ function chartOptions(spec, width) {
       x: { time: true, ...(spec.xRange ? { range: (u) => (u.spec ?? spec).xRange } : {}) },
       y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] },
     },
-    axes: [{}, { size: 45 }],
+    // Time labels at least X_LABEL_SPACE apart: at uPlot's 50 px, `6:50am` met `6:51am`.
+    axes: [{ space: X_LABEL_SPACE }, { size: 45 }],
     legend: { show: spec.legend !== false },
     cursor: { points: { size: 6 } },
     hooks: {
@@ -903,14 +926,20 @@ function lagChart(key, lag) {
 }
 
 // Runs on a timeline: each run a point at its start (its creation if not started) and its
-// duration, coloured by its state.
-function timelineChart(key, timeline, { height = 200 } = {}) {
+// duration, coloured by its state. It spans its window (`since` to now), or with `fitRuns`
+// its runs: from a little before the first to now, at least TIMELINE_MIN_S, so that a fresh
+// deployment's runs do not sit at the right edge of a day.
+function timelineChart(key, timeline, { height = 200, fitRuns = false } = {}) {
   const runs = [...timeline.runs].reverse(); // oldest first, as uPlot wants its x
   const at = (run) => Date.parse(run.start_date || run.created_at) / 1000;
   const states = RUN_STATES.filter((s) => runs.some((run) => run.state === s));
   const counts = Object.entries(timeline.states).map(([s, n]) => `${n} ${s}`).join(", ");
+  const now = Date.now() / 1000;
+  const since = Date.parse(timeline.since) / 1000;
+  const first = runs.length && fitRuns ? Math.min(...runs.map(at)) : since;
+  const span = Math.max(TIMELINE_MIN_S, (now - first) * 1.1);
   return {
-    key, height, xRange: [Date.parse(timeline.since) / 1000, Date.now() / 1000],
+    key, height, xRange: [Math.max(since, now - span), now],
     caption: `${Object.values(timeline.states).reduce((a, b) => a + b, 0)} runs since ${new Date(timeline.since).toLocaleString()}${counts ? `: ${counts}` : ""}`,
     series: states.map((s) => ({
       label: s, stroke: STATE_COLOURS[s], paths: () => null,
@@ -930,6 +959,9 @@ function durationsChart(key, timeline) {
   const runs = timeline.runs.filter((run) => run.start_date).reverse();
   const durations = runs.map((run) => run.duration_s);
   const sorted = [...durations].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  // Of an even count, the mean of the middle two.
+  const median = sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
   // Its runs' span and a margin (a minute at least): uPlot would span years around one point.
   const starts = runs.map((run) => Date.parse(run.start_date) / 1000);
   const first = starts.length ? Math.min(...starts) : Date.now() / 1000 - 3600;
@@ -937,7 +969,7 @@ function durationsChart(key, timeline) {
   const margin = Math.max(60, (last - first) * 0.05);
   return {
     key, height: 120, legend: false, xRange: [first - margin, last + margin],
-    caption: runs.length ? `Durations of its last ${runs.length} run(s): median ${sorted[Math.floor(sorted.length / 2)].toFixed(1)}s, longest ${sorted.at(-1).toFixed(1)}s` : "No run has started yet",
+    caption: runs.length ? `Durations of its last ${runs.length} run(s): median ${median.toFixed(1)}s, longest ${sorted.at(-1).toFixed(1)}s` : "No run has started yet",
     series: [{ label: "duration", stroke: "#4b6cb7", width: 1.5, points: { show: true, size: 6 }, value: (u, v) => (v == null ? "–" : `${v.toFixed(1)}s`) }],
     data: [starts, durations],
     describe: (i) => (runs[i] ? `${runs[i].run_id}: ${runs[i].state}, ${durations[i].toFixed(1)}s` : ""),
@@ -1007,8 +1039,8 @@ async function pipelinePanel(id, specs) {
     <button id="trigger" data-pipeline="${pipeline.pipeline_id}">Trigger…</button></p>
     <h2>Runs</h2>
     ${chartFigure(durationsChart(`durations-${pipeline.pipeline_id}`, timeline), specs)}
-    <table class="runs"><tr><th>run <span class="muted">(log)</span></th><th>state</th><th>start</th><th>duration</th><th>events</th></tr>
-    ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${shortRunId(r)}</button>`) : shortRunId(r)}${r.rerun_of ? raw(html`<br><span class="muted" data-rerun-of="${r.rerun_of}">re-run of ${shortRunId({ run_id: r.rerun_of, pipeline_id: r.pipeline_id })}</span>`) : ""}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""} ${runControl(r)}</td><td>${started(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
+    <table class="runs"><tr><th>run <span class="muted">(log), start</span></th><th>state</th><th>duration</th><th>events</th></tr>
+    ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${breakable(shortRunId(r))}</button>`) : breakable(shortRunId(r))}<br>${started(r)}${r.rerun_of ? raw(html`<br><span class="muted" data-rerun-of="${r.rerun_of}">re-run of ${breakable(shortRunId({ run_id: r.rerun_of, pipeline_id: r.pipeline_id }))}</span>`) : ""}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""} ${runControl(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
     ${runs.length ? "" : raw('<p class="muted">no runs yet</p>')}
     ${log !== null ? raw(html`<h3>Log of ${state.logRun}</h3>${raw(log)}`) : ""}`;
 }
@@ -1025,7 +1057,19 @@ function watcherDetails(w) {
     <dt>lag</dt><dd>${w.lag ?? "–"}</dd><dt>last poll</dt><dd>${age(w.last_poll_at)}</dd><dt>last event</dt><dd>${age(w.last_event_at)}</dd>
     <dt>restarts</dt><dd>${w.restarts}</dd><dt>consumer group</dt><dd>${w.consumer_group || "–"}</dd>
     <dt>instance</dt><dd>${w.instance_id || "–"}</dd></dl>
-    ${w.last_error ? raw(html`<p class="error">${w.last_error}</p>`) : ""}`;
+    ${w.last_error ? raw(html`<p>${watcherError(w)}</p>`) : ""}`;
+}
+
+// A watcher's last error: in red while it is its current state (GET /watchers' `failing`),
+// else as history: when it happened, and whether the watcher has polled since (`recovered`).
+function watcherError(w) {
+  if (!w.last_error) return "";
+  const at = w.last_error_at
+    ? raw(html`at <time datetime="${w.last_error_at}" title="${w.last_error_at}">${new Date(w.last_error_at).toLocaleTimeString()}, ${age(w.last_error_at)}</time>`)
+    : "at a time not recorded";
+  if (w.failing) return raw(html`<span class="error" data-error="failing">${w.last_error}</span> <span class="muted">(last ${at})</span>`);
+  const now = w.recovered ? "Recovered (it has polled since)" : "Not failing now";
+  return raw(html`<span class="past-error" data-error="${w.recovered ? "recovered" : "earlier"}">${now}. Last error ${at}: ${w.last_error}</span>`);
 }
 
 async function aliasPanel(id) {
@@ -1041,7 +1085,7 @@ async function watchersPage(key, specs) {
   const watchers = [...state.watchers.values()];
   const lag = await activity("watcherLag?window=hour");
   return html`<h1>Watchers</h1>${chartFigure(lagChart("watchers-lag", lag), specs)}<table class="watchers"><tr><th>watcher</th><th>asset</th><th>trigger</th><th>state</th><th>lag</th><th>last poll</th><th>restarts</th><th>last error</th></tr>
-    ${watchers.map((w) => raw(html`<tr data-watcher="${w.watcher}"><td><a href="#/watcher/${w.asset_id}:${w.watcher}">${w.watcher}</a></td><td><a href="#/asset/${w.asset_id}">${w.asset}</a></td><td>${w.trigger}</td><td>${badge(w.state)}</td><td>${w.lag ?? "–"}</td><td>${age(w.last_poll_at)}</td><td>${w.restarts}</td><td class="error">${w.last_error || ""}</td></tr>`))}</table>
+    ${watchers.map((w) => raw(html`<tr data-watcher="${w.watcher}"><td><a href="#/watcher/${w.asset_id}:${w.watcher}">${w.watcher}</a></td><td><a href="#/asset/${w.asset_id}">${w.asset}</a></td><td>${w.trigger}</td><td>${badge(w.state)}</td><td>${w.lag ?? "–"}</td><td>${age(w.last_poll_at)}</td><td>${w.restarts}</td><td>${watcherError(w)}</td></tr>`))}</table>
     ${watchers.length ? "" : raw('<p class="muted">no watchers</p>')}`;
 }
 
@@ -1084,7 +1128,7 @@ async function runsPage(key, specs) {
   const since = new Date(Math.floor((Date.now() - f.since_s * 1000) / 60_000) * 60_000).toISOString();
   const query = `since=${encodeURIComponent(since)}${f.pipeline ? `&pipeline_id=${encodeURIComponent(f.pipeline)}` : ""}${f.state ? `&state=${f.state}` : ""}`;
   const [timeline, runs] = await Promise.all([activity(`runs?${query}`), api(`/runs?${query}&limit=200`)]);
-  return html`${chartFigure(timelineChart("runs-timeline", timeline), specs)}
+  return html`${chartFigure(timelineChart("runs-timeline", timeline, { fitRuns: true }), specs)}
     <table class="runs all-runs"><tr><th>run</th><th>pipeline</th><th>state</th><th>start</th><th>duration</th><th>events</th><th>log and trace</th></tr>
     ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td><a href="#/run/${encodeURIComponent(r.run_id)}">${r.run_id}</a></td><td><a href="#/pipeline/${encodeURIComponent(r.pipeline_id)}">${r.pipeline_id}</a></td><td>${badge(r.state)}</td><td>${started(r)}</td><td>${duration(r)}</td><td>${r.events}</td><td><a href="#/run/${encodeURIComponent(r.run_id)}" data-run-log>log</a> · <a href="#/run/${encodeURIComponent(r.run_id)}" data-run-trace>events</a></td></tr>`))}</table>
     ${runs.length ? "" : raw('<p class="muted">no runs in this window</p>')}`;

@@ -9,10 +9,10 @@
 
 // A node's size by its kind, as STYLE in app.js draws it (its border included).
 export const NODE_SIZES = {
-  watcher: [134, 48], asset: [154, 48], alias: [154, 48], group: [176, 50], pipeline: [166, 50],
-  gate: [40, 40],
+  watcher: [154, 56], asset: [174, 56], alias: [174, 56], group: [196, 58], pipeline: [186, 58],
+  gate: [52, 52],
 };
-export const nodeSize = (kind) => NODE_SIZES[kind] || [154, 48];
+export const nodeSize = (kind) => NODE_SIZES[kind] || [174, 56];
 
 // Positions ({id: {x, y}}, node centres) of the nodes of `elements` (cytoscape's element
 // objects), ranks `rankSep` apart, nodes of a rank `nodeSep` apart.
