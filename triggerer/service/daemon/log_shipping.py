@@ -274,7 +274,7 @@ class LogShipper:
         if self._file is None:
             try:
                 self._file = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:  # the process has not made it (yet)
+            except (FileNotFoundError, NotADirectoryError):  # not made (yet), or cannot be
                 shipment = kept.ship(0, final=final)
                 return shipment, [b""] * len(shipment.chunks)
         # Held open: the log is read on after its folder is deleted.
@@ -298,5 +298,5 @@ class LogShipper:
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (its folder may be a file: the try fails)
         return 0
