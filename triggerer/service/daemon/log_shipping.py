@@ -298,5 +298,5 @@ class LogShipper:
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
-    except (FileNotFoundError, NotADirectoryError):  # (its folder may be a file: the try fails)
+    except OSError:  # none, or none to be had (its folder is a file...): the try fails on it
         return 0
