@@ -99,6 +99,7 @@ class StreamGroupReader:
         self._claim_cursor = "0-0"
         self._next_claim_at = 0.0
         self._next_lag_at = 0.0
+        self._last_read: tuple[int, int] | None = None
 
     def open(self, redis_client: redis.asyncio.Redis) -> None:
         """Read through ``redis_client`` (closed by :meth:`close`), as this process's consumer,
@@ -253,12 +254,24 @@ class StreamGroupReader:
         [[_, entries]] = response
         return self._hand_out([(entry_id.decode(), fields, 1) for entry_id, fields in entries])
 
+    @property
+    def last_read(self) -> str | None:
+        """The highest entry id this reader has handed out, ``None`` before the first: where a
+        group made again under it (deleted, or its stream made again) starts."""
+        if self._last_read is None:
+            return None
+        return "-".join(map(str, self._last_read))
+
     def _hand_out(self, entries: list[Entry]) -> list[Entry]:
         """``entries``, in flight from now until acknowledged, skipped or released: kept fresh
         even before their events are yielded (the trigger may wait to yield a batch's rest)."""
         now = time.monotonic()
         for entry_id, _, _ in entries:
             self._in_flight[entry_id] = now
+            milliseconds, _, sequence = entry_id.partition("-")
+            read = (int(milliseconds), int(sequence or 0))
+            if self._last_read is None or read > self._last_read:
+                self._last_read = read
         return entries
 
     def _client(self) -> redis.asyncio.Redis:

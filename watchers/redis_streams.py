@@ -193,7 +193,9 @@ class RedisStreamTrigger(BaseEventTrigger):
                             # Stored before the stream is looked for: a stream missing now,
                             # made later, is read from this time on.
                             yield first.checkpoint()
-                    await reader.prepare(self.start_id if first is None else _since(first))
+                    # A group made again under a running watcher starts after what it read.
+                    start = self.start_id if first is None else _since(first)
+                    await reader.prepare(reader.last_read or start)
                     ready = True
                 entries = await reader.next_entries()
             except transient as error:
@@ -207,7 +209,8 @@ class RedisStreamTrigger(BaseEventTrigger):
                 await backoff.wait()
                 continue
             except response_error as error:
-                if not str(error).startswith("NOGROUP"):
+                # A read in a pipeline has the server's error after the command's text.
+                if "NOGROUP " not in str(error):
                     raise
                 log.warning(
                     "redis_stream_group_gone", stream=self.stream, group=self.consumer_group

@@ -322,6 +322,27 @@ async def test_the_group_starts_at_the_watchers_first_start_by_default(
     assert [event.payload["body"] for event in taken] == ["after"]
 
 
+async def test_a_group_deleted_under_the_watcher_is_made_again_after_what_it_read(
+    shared_redis: redis.asyncio.Redis, make_stream: MakeStream
+) -> None:
+    """Not at the watcher's first start (everything read since would be read again): after
+    the last entry it read."""
+    stream = await make_stream()
+    source = RedisStreamTrigger(host=SHARED_REDIS_HOST, stream=stream, block_ms=100)
+    async with running(source) as events:
+        marker = await anext(events)
+        assert marker.is_checkpoint_only
+        [first_id] = await send(uri(stream), ["first"])
+        [first] = await take(events, 1)
+        assert first.ack is not None
+        await first.ack()
+        await shared_redis.xgroup_destroy(stream, source.consumer_group)
+        await send(uri(stream), ["second"])
+        [second] = await take(events, 1)
+    assert (first.payload["id"], first.payload["body"]) == (first_id, "first")
+    assert second.payload["body"] == "second"
+
+
 async def server_ms(client: redis.asyncio.Redis) -> int:
     seconds, microseconds = await client.time()
     return int(seconds) * 1000 + int(microseconds) // 1000
