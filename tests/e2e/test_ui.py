@@ -10,6 +10,7 @@ Each page's screenshot is written to ``var/screenshots/`` (the README shows the 
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -501,6 +502,10 @@ async def test_the_runs_page_lists_and_filters_runs_each_linking_to_its_log_and_
         await shoot(page, "run")
         await page.locator("a[href^='#/event/']").first.click()
         await expect(page.locator("[data-trace-event]").first).to_be_visible()
+        # publish's event came from a run: said once ("run produced by run ..." said it twice).
+        await expect(page.locator("[data-trace-event] > p").first).to_have_text(
+            re.compile(r"^produced by run \S+ · ")
+        )
         await shoot(page, "run-trace")
 
 

@@ -1193,7 +1193,7 @@ async function traceEvent(id, depth, seen) {
   const runs = await Promise.all(event.consumed_by.map((ref) => traceRun(ref.run_id, depth, seen)));
   return html`<div class="trace" data-trace-event="${event.id}">
     <h2>Event ${event.id} on <a href="#/asset/${event.asset_id}">${event.uri}</a></h2>
-    <p>${event.source}${event.source_run_id ? ` produced by run ${event.source_run_id}` : ""} · ${event.timestamp}${event.partition_key ? ` · partition ${event.partition_key}` : ""}</p>
+    <p>${event.source_run_id ? `produced by run ${event.source_run_id}` : `from ${event.source}`} · ${event.timestamp}${event.partition_key ? ` · partition ${event.partition_key}` : ""}</p>
     <pre>${json(event.extra)}</pre>
     <p>${event.queued_for.length ? `still queued for ${event.queued_for.join(", ")}` : "queued for no pipeline now"}</p>
     ${runs.map(raw)}</div>`;
