@@ -170,10 +170,8 @@ class SchedulerModel(RuleBasedStateMachine):
             self.events[event_id] = Event(asset, partition_key)
             for pipeline_id, definition in self.definitions.items():
                 condition = CONDITIONS[definition.condition]
-                if (
-                    ASSETS[asset] in set(condition.iter_assets())
-                    and definition.partitioned == (partition_key is not None)
-                ):
+                consumes = ASSETS[asset] in set(condition.iter_assets())
+                if consumes and definition.partitioned == (partition_key is not None):
                     self.pending[pipeline_id].add(event_id)
 
     @rule(pipeline_id=st.sampled_from(PIPELINE_IDS), paused=st.booleans())

@@ -191,9 +191,7 @@ async def _sync_watchers(
                 await session.execute(
                     update(models.Trigger)
                     .where(models.Trigger.id == trigger_ids[key])
-                    .values(
-                        state=TriggerState.FAILED, last_error=competing, last_error_at=utcnow()
-                    )
+                    .values(state=TriggerState.FAILED, last_error=competing, last_error_at=utcnow())
                 )
         await session.merge(
             models.AssetWatcher(
