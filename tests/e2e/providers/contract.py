@@ -30,6 +30,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tests.e2e.daemon import (
+    WAIT_TIMEOUT_S,
     DaemonProcess,
     event_count,
     events_of,
@@ -176,6 +177,33 @@ async def posted(process: DaemonProcess, provider: str, uri: str, *bodies: str) 
         process.env, "--config", process.arguments[2], "post", provider, uri, *bodies
     )
     assert done.returncode == 0, done.stderr
+
+
+async def post_and_store(
+    process: DaemonProcess,
+    database_url: str,
+    provider: str,
+    uri: str,
+    i: int,
+    *,
+    timeout_s: float = WAIT_TIMEOUT_S,
+) -> None:
+    """``triggerer post`` the message ``{"i": i}``, then wait until the watcher has stored
+    ``i`` events in all."""
+    await posted(process, provider, uri, json.dumps({"i": i}))
+    await wait_for(
+        database_url, lambda s: event_count(s, "stream"), lambda n: n >= i, timeout_s=timeout_s
+    )
+
+
+async def settled_events(process: DaemonProcess, database_url: str) -> list[Any]:
+    """The events stored once anything delivered twice would be stored too, the daemon still
+    running."""
+    await anyio.sleep(1)
+    events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+    assert process.process is not None
+    assert process.process.poll() is None, process.tail()
+    return events
 
 
 async def listed(process: DaemonProcess, *arguments: str) -> Any:

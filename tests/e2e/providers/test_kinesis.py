@@ -31,7 +31,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
+from tests.e2e.daemon import event_count, wait_for, write_pipelines
 from tests.e2e.providers.contract import (
     Broker,
     PrivateBroker,
@@ -41,6 +41,7 @@ from tests.e2e.providers.contract import (
     failed_missing,
     numbers,
     send_numbered,
+    settled_events,
     watching,
 )
 from tests.fixtures.kinesis import create_stream
@@ -148,7 +149,6 @@ class ProxiedKinesis(MotoKinesis, PrivateBroker):
         self.proxy = proxy
 
     async def restart(self) -> None:
-        import anyio
 
         self.proxy.stop()
         await anyio.sleep(3)  # long enough for the watcher to fail calls and back off
@@ -205,10 +205,7 @@ async def test_latest_on_a_quiet_stream_reads_after_a_kill_9_what_came_while_dow
         await wait_for(
             database_url, lambda s: event_count(s, "stream"), lambda n: n >= 20, timeout_s=120
         )
-        await anyio.sleep(1)  # a record from before the first start would be stored by now
-        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
-        assert process.process is not None
-        assert process.process.poll() is None, process.tail()
+        events = await settled_events(process, database_url)
     assert numbers(events) == list(range(20))
 
 
@@ -239,9 +236,6 @@ async def test_latest_on_a_stream_created_while_the_daemon_is_down_reads_its_fir
         await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
         await source.send([json.dumps({"i": 2})])
         await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
-        await anyio.sleep(1)  # a record read twice would be stored by now
-        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
-        assert process.process is not None
-        assert process.process.poll() is None, process.tail()
+        events = await settled_events(process, database_url)
     assert f"Kinesis stream {stream!r} does not exist" in error
     assert numbers(events) == [1, 2]

@@ -25,7 +25,9 @@ from tests.e2e.providers.contract import (
     failed_missing,
     listed,
     numbers,
+    post_and_store,
     posted,
+    settled_events,
     watching,
 )
 from tests.fixtures.nats import SHARED_NATS, create_stream, delete_stream, nats_server
@@ -210,19 +212,9 @@ async def test_a_stream_created_after_the_watcher_started_is_read_within_seconds
         process.start()
         error = await failed_missing(process, database_url)
         await create_stream(broker.servers, name)
-        await posted(process, "nats", source.uri, json.dumps({"i": 1}))
-        await wait_for(
-            database_url,
-            lambda s: event_count(s, "stream"),
-            lambda n: n >= 1,
-            timeout_s=FOUND_WITHIN_S,
-        )
-        await posted(process, "nats", source.uri, json.dumps({"i": 2}))
-        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
-        await anyio.sleep(1)  # anything delivered twice would be stored by now
-        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
-        assert process.process is not None
-        assert process.process.poll() is None, process.tail()
+        await post_and_store(process, database_url, "nats", source.uri, 1, timeout_s=FOUND_WITHIN_S)
+        await post_and_store(process, database_url, "nats", source.uri, 2)
+        events = await settled_events(process, database_url)
     assert f"NATS stream {name!r} does not exist" in error
     assert numbers(events) == [1, 2]
 
@@ -247,10 +239,6 @@ async def test_new_on_a_stream_created_while_the_daemon_is_down_reads_its_first_
         await posted(process, "nats", source.uri, json.dumps({"i": 1}))
         process.start()
         await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
-        await posted(process, "nats", source.uri, json.dumps({"i": 2}))
-        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
-        await anyio.sleep(1)  # anything delivered twice would be stored by now
-        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
-        assert process.process is not None
-        assert process.process.poll() is None, process.tail()
+        await post_and_store(process, database_url, "nats", source.uri, 2)
+        events = await settled_events(process, database_url)
     assert numbers(events) == [1, 2]

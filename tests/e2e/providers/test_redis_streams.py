@@ -13,11 +13,10 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
-import anyio
 import pytest
 import redis.asyncio
 
-from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
+from tests.e2e.daemon import event_count, wait_for, write_pipelines
 from tests.e2e.providers.contract import (
     FOUND_WITHIN_S,
     Broker,
@@ -28,7 +27,9 @@ from tests.e2e.providers.contract import (
     failed_missing,
     listed,
     numbers,
+    post_and_store,
     posted,
+    settled_events,
     watching,
 )
 from tests.fixtures.redis import SHARED_REDIS_HOST, SHARED_REDIS_PORT, create_stream
@@ -133,20 +134,12 @@ async def test_the_first_entry_of_a_stream_made_after_the_watcher_started_is_an_
     with daemon(tmp_path, database_url, source) as process:
         process.start()
         error = await failed_missing(process, database_url)
-        await posted(process, "redis-streams", source.uri, json.dumps({"i": 1}))
-        await wait_for(
-            database_url,
-            lambda s: event_count(s, "stream"),
-            lambda n: n >= 1,
-            timeout_s=FOUND_WITHIN_S,
+        await post_and_store(
+            process, database_url, "redis-streams", source.uri, 1, timeout_s=FOUND_WITHIN_S
         )
-        await posted(process, "redis-streams", source.uri, json.dumps({"i": 2}))
-        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
-        await anyio.sleep(1)  # anything delivered twice would be stored by now
-        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+        await post_and_store(process, database_url, "redis-streams", source.uri, 2)
+        events = await settled_events(process, database_url)
         watchers = await listed(process, "watchers", "list")
-        assert process.process is not None
-        assert process.process.poll() is None, process.tail()
     assert "does not exist" in error
     assert "RedisStreamMissing" in error
     assert numbers(events) == [1, 2]
@@ -171,10 +164,6 @@ async def test_a_stream_made_while_the_daemon_is_down_is_read_from_its_first_ent
         await posted(process, "redis-streams", source.uri, json.dumps({"i": 1}))
         process.start()
         await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 1)
-        await posted(process, "redis-streams", source.uri, json.dumps({"i": 2}))
-        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 2)
-        await anyio.sleep(1)  # anything delivered twice would be stored by now
-        events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
-        assert process.process is not None
-        assert process.process.poll() is None, process.tail()
+        await post_and_store(process, database_url, "redis-streams", source.uri, 2)
+        events = await settled_events(process, database_url)
     assert numbers(events) == [1, 2]
