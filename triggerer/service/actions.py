@@ -1,8 +1,8 @@
 """What the CLI and the REST API change in the store: emit an event, pause a pipeline, clear
 queued events, queue a manual run, cancel a run or run it again. The caller commits; what is
-named must exist (:class:`~triggerer.service.queries.NotFound`), what is given must be usable
-(:class:`~triggerer.service.queries.Refused`) and its state must allow the change
-(:class:`~triggerer.service.queries.Conflict`).
+named must exist (:class:`~triggerer.service.errors.NotFound`), what is given must be usable
+(:class:`~triggerer.service.errors.Refused`) and its state must allow the change
+(:class:`~triggerer.service.errors.Conflict`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service import queries
 from triggerer.service.dead_letters import unstorable
+from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.events import NewEvent, Recorded, record_events
-from triggerer.service.queries import Conflict, NotFound, Refused
 from triggerer.service.store import models
 from triggerer.service.store.models import FINISHED_RUN_STATES, RunState
 from triggerer.service.store.notices import notify_cancel, notify_queued

@@ -55,7 +55,7 @@ class Explanation(View):
 
 
 async def explain(session: AsyncSession, pipeline_id: str) -> Explanation:
-    """Why ``pipeline_id`` has or has not run; :class:`~.queries.NotFound` if unknown."""
+    """Why ``pipeline_id`` has or has not run; :class:`~.errors.NotFound` if unknown."""
     pipeline = await queries.pipeline_model(session, pipeline_id)
     states = [
         *await _asset_states(session, pipeline_id),

@@ -3,8 +3,8 @@ that ``triggerer pipelines list --json`` and ``GET /api/v1/pipelines`` never dis
 
 Each view is a model of :mod:`triggerer.service.views` (the API's response schemas too). Lists are
 newest first where time matters (events, runs, dead letters) and by key otherwise; ``limit``
-and ``offset`` page them. A lookup of something that does not exist raises :class:`NotFound`
-naming it; a change that the state of what it names rules out, :class:`Conflict`.
+and ``offset`` page them. A lookup of something that does not exist raises
+:class:`~triggerer.service.errors.NotFound` naming it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
+from triggerer.service.errors import NotFound
 from triggerer.service.store import models
 from triggerer.service.store.models import RefRole, TriggerState
 from triggerer.service.views import (
@@ -33,20 +34,6 @@ from triggerer.service.views import (
     RunRow,
     WatcherRow,
 )
-
-
-class NotFound(LookupError):
-    """Something a user named does not exist; the message names it and where to look."""
-
-
-class Refused(ValueError):
-    """A value a user gave cannot be used; the message names it and what would do."""
-
-
-class Conflict(ValueError):
-    """What a user asked for does not fit the state of what it names (cancelling a finished
-    run); the message names that state and what would."""
-
 
 # -- Pipelines -------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import anyio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from triggerer.service.queries import NotFound
+from triggerer.service.errors import NotFound
 from triggerer.service.store import models
 from triggerer.service.store.models import RunState
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.integration.daemon.test_scheduling import Harness
 from triggerer.service import replay
 from triggerer.service.daemon import retention
-from triggerer.service.queries import Conflict, NotFound, Refused
+from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.store import models, session_factory
 
 MakeHarness = Callable[[str], Awaitable[Harness]]

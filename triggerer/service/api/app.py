@@ -31,7 +31,7 @@ from triggerer.service.api import (
     watchers,
 )
 from triggerer.service.api.context import ApiContext, authorized
-from triggerer.service.queries import Conflict, NotFound, Refused
+from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 
 log = structlog.get_logger(__name__)

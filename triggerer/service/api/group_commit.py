@@ -24,8 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service import actions
 from triggerer.service.api.schemas import CreatedEvent, NewAssetEvent
+from triggerer.service.errors import NotFound, Refused
 from triggerer.service.events import Recorded, record_events
-from triggerer.service.queries import NotFound, Refused
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 from triggerer.service.store.models import EventSource
 from triggerer.service.store.notices import notify_queued
