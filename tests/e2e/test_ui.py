@@ -457,17 +457,19 @@ async def test_the_charts_show_the_events_and_runs_the_api_counts_with_numbers_o
         await expect(page.locator("[data-chart=activity-runs] figcaption")).to_contain_text(
             "3 runs since", timeout=CHART_MS
         )
-        # The numbers on hover: the busiest minute's count, as the API has it.
+        # The numbers on hover: the busiest minute's count, as the API has it. Hovered by the
+        # minute's time, not its index: the chart redraws each minute, and across a minute
+        # boundary the index points at the next minute (which said 0 events).
         busiest = max(range(len(events["counts"])), key=lambda i: events["counts"][i])
         point = await page.evaluate(
-            """(i) => {
+            """(minute) => {
                 const u = window.triggerer.charts.get('activity-events');
                 const box = u.over.getBoundingClientRect();
                 // The current minute is the plot's right edge: one pixel inside it.
-                const x = Math.min(box.left + u.valToPos(u.data[0][i], 'x'), box.right - 1);
+                const x = Math.min(box.left + u.valToPos(minute, 'x'), box.right - 1);
                 return { x, y: box.top + 10 };
             }""",
-            busiest,
+            events["buckets"][busiest],
         )
         await page.mouse.move(point["x"], point["y"])
         hover = page.locator("[data-chart=activity-events] .chart-hover")
