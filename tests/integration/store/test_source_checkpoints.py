@@ -15,17 +15,20 @@ from sqlalchemy import Connection, func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer import checkpoints
-from triggerer.service import checkpoints as stored_checkpoints
 from triggerer.service import events as events_module
-from triggerer.service.checkpoints import furthest, record_checkpoints, stored_positions
 from triggerer.service.daemon import ingest as ingest_module
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.registry import WatchedTrigger, sync_definitions
 from triggerer.service.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
 from triggerer.service.loader import load_pipelines
-from triggerer.service.store import create_engine, session_factory, upgrade
+from triggerer.service.store import create_engine, session_factory, source_checkpoints, upgrade
 from triggerer.service.store.migrate import alembic_config
 from triggerer.service.store.models import AssetEvent, DeadLetter, SourceCheckpoint
+from triggerer.service.store.source_checkpoints import (
+    furthest,
+    record_checkpoints,
+    stored_positions,
+)
 from triggerer.triggers import TriggerEvent
 
 if TYPE_CHECKING:
@@ -108,7 +111,7 @@ async def test_positions_are_read_by_prefix_through_the_sdk(migrated_engine: Asy
         },
     )
     previous = checkpoints._reader
-    checkpoints.read_from(stored_checkpoints.reader(sessions))
+    checkpoints.read_from(source_checkpoints.reader(sessions))
     try:
         assert await checkpoints.stored_positions("kinesis/orders/app_1/") == {
             "kinesis/orders/app_1/shardId-0": "1",

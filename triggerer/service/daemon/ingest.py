@@ -15,8 +15,6 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service import metrics
-from triggerer.service.checkpoints import furthest, record_checkpoints
-from triggerer.service.daemon.backoff import until_stored
 from triggerer.service.daemon.registry import WatchedTrigger
 from triggerer.service.dead_letters import (
     Unstorable,
@@ -26,6 +24,8 @@ from triggerer.service.dead_letters import (
 )
 from triggerer.service.events import NewEvent, Recorded, record_events, stored_extras
 from triggerer.service.store.models import EventSource
+from triggerer.service.store.outages import until_stored
+from triggerer.service.store.source_checkpoints import furthest, record_checkpoints
 from triggerer.service.store.types import utcnow
 from triggerer.triggers import TriggerEvent
 

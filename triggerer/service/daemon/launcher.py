@@ -30,7 +30,6 @@ from sqlalchemy.orm import aliased
 
 from triggerer.assets import Asset, AssetAlias
 from triggerer.service import lifeline, metrics, runner
-from triggerer.service.daemon.backoff import until_stored
 from triggerer.service.daemon.inlets import serving as inlet_events
 from triggerer.service.daemon.log_shipping import LogShipper
 from triggerer.service.daemon.registry import (
@@ -48,6 +47,7 @@ from triggerer.service.store import models
 from triggerer.service.store.engine import async_url
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 from triggerer.service.store.models import FINISHED_RUN_STATES, EventSource, RunState
+from triggerer.service.store.outages import until_stored
 from triggerer.service.store.types import storable_text, utcnow
 
 if TYPE_CHECKING:

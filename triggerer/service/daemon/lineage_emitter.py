@@ -41,8 +41,8 @@ from sqlalchemy.orm import aliased
 
 from triggerer.service import metrics
 from triggerer.service.config import ConfigError
-from triggerer.service.daemon.backoff import until_stored
 from triggerer.service.store import models
+from triggerer.service.store.outages import until_stored
 from triggerer.service.store.types import utcnow
 
 if TYPE_CHECKING:

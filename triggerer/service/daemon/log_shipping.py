@@ -27,9 +27,9 @@ import structlog
 from sqlalchemy import ColumnElement, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from triggerer.service.daemon.backoff import until_stored
 from triggerer.service.store import models
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
+from triggerer.service.store.outages import until_stored
 
 log = structlog.get_logger(__name__)
 

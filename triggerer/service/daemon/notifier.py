@@ -37,7 +37,6 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from triggerer.backoff import backoff_s
 from triggerer.listeners import listener_manager
 from triggerer.service import metrics
-from triggerer.service.daemon.backoff import HEALTHY_AFTER_S, until_stored
 from triggerer.service.daemon.listener_process import (
     ACKS,
     command,
@@ -46,6 +45,7 @@ from triggerer.service.daemon.listener_process import (
 )
 from triggerer.service.daemon.registry import DefinitionChanges
 from triggerer.service.events import Origins, Recorded, origins
+from triggerer.service.store.outages import HEALTHY_AFTER_S, until_stored
 
 if TYPE_CHECKING:
     from anyio.abc import ByteReceiveStream, ByteSendStream, Process

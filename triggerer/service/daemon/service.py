@@ -25,10 +25,8 @@ from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer import checkpoints
-from triggerer.service import checkpoints as stored_checkpoints
 from triggerer.service import metrics
 from triggerer.service.config import ConfigError
-from triggerer.service.daemon.backoff import keep_running, until_stored
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.lag_samples import LagSampler
 from triggerer.service.daemon.launcher import Launcher
@@ -43,11 +41,19 @@ from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.service.daemon.wakeups import listen
 from triggerer.service.daemon.watchdog import watch_event_loop
 from triggerer.service.loader import LoadedPipelines, load_pipelines, pipeline_files
-from triggerer.service.store import create_engine, models, notices, session_factory, upgrade
+from triggerer.service.store import (
+    create_engine,
+    models,
+    notices,
+    session_factory,
+    source_checkpoints,
+    upgrade,
+)
 from triggerer.service.store.engine import async_url, deployment_id, masked_url
 from triggerer.service.store.failures import STORE_ERRORS
 from triggerer.service.store.migrate import NewerSchema
 from triggerer.service.store.models import RunState
+from triggerer.service.store.outages import keep_running, until_stored
 from triggerer.service.store.types import utcnow
 from watchers import providers
 
@@ -73,7 +79,7 @@ class Service:
         self.settings = settings
         self.sessions = sessions
         # Triggers of sources without acks (Kinesis) read their stored positions from here.
-        checkpoints.read_from(stored_checkpoints.reader(sessions))
+        checkpoints.read_from(source_checkpoints.reader(sessions))
         self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.registry = Registry({}, {}, {}, {}, {})
         send, self._receive = anyio.create_memory_object_stream[Delivery](DELIVERY_BUFFER)
