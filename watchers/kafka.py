@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import json
 import urllib.parse
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +21,13 @@ from triggerer.connections import get_connection
 from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import kafka_fetcher
-from watchers.filters import PayloadFilter, lookup
+from watchers.filters import lookup
 from watchers.kafka_client import (
     BACKOFF_MAX_S,
     raise_unless_transient,
 )
-from watchers.payloads import decode_body, import_callable
+from watchers.payloads import decode_body
+from watchers.processing import Processing
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -112,6 +113,7 @@ class KafkaTrigger(BaseEventTrigger):
     dead_lettered: int = dataclasses.field(default=0, init=False)
     acked: int = dataclasses.field(default=0, init=False)
 
+    _processing: Processing = dataclasses.field(init=False)
     _producer: AIOKafkaProducer | None = dataclasses.field(default=None, init=False)
     _reader: kafka_fetcher.Reader | None = dataclasses.field(default=None, init=False)
 
@@ -135,10 +137,11 @@ class KafkaTrigger(BaseEventTrigger):
         for name in ("max_attempts", "max_in_flight", "commit_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"KafkaTrigger {name}={getattr(self, name)!r} must be >= 1")
-        if self.filter is not None:
-            PayloadFilter.from_option(self.filter)
-        if self.partition_key_path is not None:
-            lookup(None, self.partition_key_path)
+        self._processing = _KafkaProcessing.of_options(
+            filter=self.filter,
+            apply_function=self.apply_function,
+            partition_key_path=self.partition_key_path,
+        )
 
     @property
     def consumer_group(self) -> str:
@@ -221,10 +224,7 @@ class KafkaTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's reader, when the daemon restarts this trigger
-        apply = None
-        if self.apply_function is not None:
-            apply = import_callable(self.apply_function, option="apply_function")
-        payload_filter = PayloadFilter.from_option(self.filter) if self.filter else None
+        self._processing.load()
         spec = self.reader_spec()
         shared = kafka_fetcher.current() if self.shared_fetch else None
         if shared is not None:
@@ -239,7 +239,7 @@ class KafkaTrigger(BaseEventTrigger):
                 await reader.wait()
             record, cursor = messages.popleft()
             ack = _Ack(self, cursor, record.offset)
-            event = await self._handle(record, ack, apply, payload_filter)
+            event = await self._handle(record, ack)
             if event is None:
                 reader.done(cursor, record.offset)
             else:
@@ -258,17 +258,11 @@ class KafkaTrigger(BaseEventTrigger):
 
     # -- handling one message
 
-    async def _handle(
-        self,
-        record: ConsumerRecord[bytes, bytes],
-        ack: _Ack,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
+    async def _handle(self, record: ConsumerRecord[bytes, bytes], ack: _Ack) -> TriggerEvent | None:
         """The event of ``record``; ``None`` once it is filtered or dead-lettered."""
         self.messages += 1
         try:
-            event = self._process(record, ack, apply, payload_filter)
+            event = self._process(record, ack)
         # Processing runs user code (apply_function) that may raise anything: the message goes
         # to the dead-letter topic and the watcher carries on.
         except Exception as error:  # noqa: BLE001
@@ -280,28 +274,16 @@ class KafkaTrigger(BaseEventTrigger):
         self.events += 1
         return event
 
-    def _process(
-        self,
-        record: ConsumerRecord[bytes, bytes],
-        ack: _Ack,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
+    def _process(self, record: ConsumerRecord[bytes, bytes], ack: _Ack) -> TriggerEvent | None:
         """The event of ``record``, ``None`` when filtered; the last error after max_attempts."""
         for _ in range(self.max_attempts - 1):
             try:
-                return self._event(record, ack, apply, payload_filter)
+                return self._event(record, ack)
             except Exception:  # noqa: BLE001, S112 - user code may raise anything; tried again
                 continue
-        return self._event(record, ack, apply, payload_filter)
+        return self._event(record, ack)
 
-    def _event(
-        self,
-        record: ConsumerRecord[bytes, bytes],
-        ack: _Ack,
-        apply: Callable[..., Any] | None,
-        payload_filter: PayloadFilter | None,
-    ) -> TriggerEvent | None:
+    def _event(self, record: ConsumerRecord[bytes, bytes], ack: _Ack) -> TriggerEvent | None:
         payload: Any = {
             "topic": record.topic,
             "partition": record.partition,
@@ -311,21 +293,13 @@ class KafkaTrigger(BaseEventTrigger):
             "timestamp": record.timestamp,
             "headers": {k: decode_body(v) for k, v in record.headers} if record.headers else {},
         }
-        if payload_filter is not None and not payload_filter.matches(payload):
+        prepared = self._processing.prepare(payload)
+        if prepared is None:
             return None
-        make_event = TriggerEvent.of_decoded_json
-        if apply is not None:
-            payload = apply(payload)
-            if payload is None:
-                return None
-            make_event = TriggerEvent  # checks that what the function returned is JSON
-        partition_key = None
-        if self.partition_key_path is not None:
-            value = lookup(payload, self.partition_key_path)
-            if isinstance(value, str | int | float) and not isinstance(value, bool):
-                partition_key = str(value)
-        return make_event(
-            payload,
+        result, partition_key = prepared
+        # prepare() checked what an apply_function returned: the rest is decoded JSON.
+        return TriggerEvent.of_decoded_json(
+            result,
             dedup_key=dedup_key(record),
             ack=ack,
             partition_key=partition_key,
@@ -392,6 +366,22 @@ class KafkaTrigger(BaseEventTrigger):
         if ssl:
             options["ssl_context"] = create_ssl_context(**ssl)
         return options
+
+
+@dataclasses.dataclass(frozen=True)
+class _KafkaProcessing(Processing):
+    """Kafka's steps, whose partition key is lenient: a path that leads nowhere gives no key,
+    and a number (a float too) is its text. Kafka's watchers had this before the others shared
+    :class:`Processing`, which dead-letters such a message; stored Kafka pipelines rely on it."""
+
+    def partition_key(self, payload: Any) -> str | None:
+        path = self.partition_key_path
+        if path is None:
+            return None
+        value = lookup(payload, path)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+        return None
 
 
 class _Ack:

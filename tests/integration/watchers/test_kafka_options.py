@@ -76,6 +76,18 @@ def test_invalid_options_are_named(options: dict[str, Any], message: str) -> Non
         KafkaTrigger(bootstrap_servers="127.0.0.1:9092", **{"topics": ["t"], **options})
 
 
+@pytest.mark.parametrize(
+    ("value", "key"), [("day-1", "day-1"), (7, "7"), (1.5, "1.5"), (None, None), (True, None)]
+)
+def test_the_partition_key_is_lenient_as_it_always_was(value: Any, key: str | None) -> None:
+    """Unlike the other providers' (a ValueError, so a dead letter), a Kafka partition key path
+    that leads to no text or number gives no key, and a float is its text."""
+    trigger = KafkaTrigger(bootstrap_servers="b:9092", topics=["t"], partition_key_path="$.day")
+
+    assert trigger._processing.prepare({"day": value}) == ({"day": value}, key)
+    assert trigger._processing.prepare({}) == ({}, None)
+
+
 def test_connection_settings_become_client_options(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = {
         "security_protocol": "SASL_PLAINTEXT",
