@@ -24,10 +24,10 @@ from sqlalchemy import insert
 
 from tests.benchmarks.bench_kafka import MESSAGE_BYTES, PARTITIONS, create_topics
 from tests.benchmarks.stats import cpu_s, percentile, spread_ms
-from triggerer.service.daemon.registry import sync_definitions
-from triggerer.service.daemon.scheduler import Scheduler
 from triggerer.service.events import NewEvent, record_events
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import sync_definitions
+from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import create_engine, models, session_factory, upgrade
 from triggerer.service.store.models import EventSource
 from triggerer.service.store.types import utcnow

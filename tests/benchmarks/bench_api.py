@@ -136,8 +136,8 @@ async def api_throughput(base_url: str, count: int) -> float:
 async def raw_throughput(database_url: str, workdir: Path, count: int) -> float:
     """``record_events`` of one event per transaction from 8 tasks, on a migrated database
     with the same pipelines synced."""
-    from triggerer.service.daemon.registry import sync_definitions
     from triggerer.service.loader import load_pipelines
+    from triggerer.service.scheduling.registry import sync_definitions
 
     await upgrade(database_url)
     engine = create_engine(database_url)

@@ -100,7 +100,10 @@ async def fill(database_url: str, folder: str, service: str) -> None:
     ``service`` is the package of its CLI, where its store, loader and actions are too.
     """
     actions = importlib.import_module(f"{service}.actions")
-    registry = importlib.import_module(f"{service}.daemon.registry")
+    try:  # in scheduling/ since issue 30, in daemon/ before
+        registry = importlib.import_module(f"{service}.scheduling.registry")
+    except ModuleNotFoundError:
+        registry = importlib.import_module(f"{service}.daemon.registry")
     loader = importlib.import_module(f"{service}.loader")
     store = importlib.import_module(f"{service}.store")
 

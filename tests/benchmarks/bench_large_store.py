@@ -77,9 +77,9 @@ from tests.benchmarks.stats import percentile, spread_ms
 from tests.e2e.daemon import write_pipelines
 from triggerer.service.actions import trigger_run
 from triggerer.service.api.server import ApiServer, api_server
-from triggerer.service.daemon.registry import Registry, sync_definitions
-from triggerer.service.daemon.scheduler import Scheduler
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import Registry, sync_definitions
+from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import create_engine, models, session_factory, upgrade
 from triggerer.service.store.types import utcnow
 

@@ -50,8 +50,8 @@ from tests.benchmarks.harness import (
 from tests.benchmarks.observe import IngestLog, Progress, StoreWatch, metric_value
 from tests.e2e.daemon import write_pipelines
 from triggerer.service import metrics
-from triggerer.service.daemon.registry import sync_definitions
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, models, session_factory, upgrade
 from triggerer.service.store.types import utcnow
 

@@ -22,8 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tests.e2e.daemon import ORDERS, Deployment, triggerer_cli
 from triggerer.service import actions
-from triggerer.service.daemon.registry import sync_definitions
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, models, session_factory
 from triggerer.service.store.models import RunState
 

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.e2e.daemon import ORDERS, runs, triggerer_cli
-from triggerer.service.daemon import launcher, scheduler
+from triggerer.service.daemon import launcher
+from triggerer.service.scheduling import scheduler
 
 if TYPE_CHECKING:
     from tests.e2e.conftest import MakeDeployment

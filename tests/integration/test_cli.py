@@ -25,10 +25,10 @@ from sqlalchemy import make_url, text
 from triggerer.service.api.schemas import CreatedEvent
 from triggerer.service.cli import _parser, main
 from triggerer.service.config import current_settings
-from triggerer.service.daemon.registry import sync_definitions
 from triggerer.service.dead_letters import Unstorable, record_dead_letters
 from triggerer.service.events import NewEvent
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, session_factory, upgrade
 from triggerer.service.store.engine import sqlite_file
 

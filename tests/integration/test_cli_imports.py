@@ -17,8 +17,8 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from triggerer.service import actions
-from triggerer.service.daemon.registry import sync_definitions
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, head_revision, session_factory
 from triggerer.service.store.migrate import alembic_config
 
@@ -37,6 +37,7 @@ NOT_FOR_READING = (
     "pluggy",
     "watchers",
     "triggerer.service.daemon",
+    "triggerer.service.scheduling",
     "triggerer.service.api",
     "triggerer.listeners",
 )

@@ -1,4 +1,5 @@
-"""Which queued events a run consumes (triggerer.service.daemon.picking): pure logic, no store."""
+"""Which queued events a run consumes (triggerer.service.scheduling.picking): pure logic, no
+store."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 from triggerer import Asset, AssetAlias, PartitionedAssetTimetable, ToDaily
 from triggerer.partitions import PartitionKeyMapper
 from triggerer.pipelines import Pipeline
-from triggerer.service.daemon.picking import Queued, pick_run
-from triggerer.service.daemon.registry import Registry
+from triggerer.service.scheduling.picking import Queued, pick_run
+from triggerer.service.scheduling.registry import Registry
 
 a, b, c, d = (Asset(name) for name in "abcd")
 IDS = {a: 1, b: 2, c: 3, d: 4}

@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 
 from triggerer import BaseEventTrigger, TriggerEvent
 from triggerer.service.daemon.leases import Leases
-from triggerer.service.daemon.registry import WatchedTrigger
 from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus, _sample_poll
+from triggerer.service.scheduling.registry import WatchedTrigger
 
 EVENT_AT = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 

@@ -175,7 +175,7 @@ async def trigger_run(
         raise Refused(str(error)) from None
     # The scheduler's queries, with the schedules and croniter, only for this: the CLI's other
     # verbs skip them.
-    from triggerer.service.daemon.schedule_queries import create_manual_run
+    from triggerer.service.scheduling.schedule_queries import create_manual_run
 
     return await create_manual_run(session, pipeline_id, params)
 
@@ -232,6 +232,6 @@ async def rerun(session: AsyncSession, run_id: str) -> str:
             f"run {run_id!r} is {run.state}: only a finished run ({finished}) can be re-run"
         )
     # As for a manual run: the scheduler's queries only for this.
-    from triggerer.service.daemon.schedule_queries import create_rerun
+    from triggerer.service.scheduling.schedule_queries import create_rerun
 
     return await create_rerun(session, run)

@@ -36,11 +36,11 @@ from triggerer.partitions import (
 )
 from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service import queries
-from triggerer.service.daemon.picking import Queued, pick_run
-from triggerer.service.daemon.registry import Registry
-from triggerer.service.daemon.schedule_queries import asset_run_id, members_of_aliases
 from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.explain import condition_of
+from triggerer.service.scheduling.picking import Queued, pick_run
+from triggerer.service.scheduling.registry import Registry
+from triggerer.service.scheduling.schedule_queries import asset_run_id, members_of_aliases
 from triggerer.service.store import models
 from triggerer.service.store.models import RefRole, asset_identity_key
 from triggerer.service.store.notices import notify_queued

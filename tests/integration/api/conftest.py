@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service.api import ApiContext, create_app
 from triggerer.service.config import Settings
-from triggerer.service.daemon.registry import Registry, sync_definitions
 from triggerer.service.events import Recorded  # noqa: TC001 - a dataclass field's type, read at run time
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import Registry, sync_definitions
 from triggerer.service.store import create_engine, session_factory
 
 BASE_URL = "http://api/api/v1"

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import update
 
 from triggerer.service.api import group_commit
-from triggerer.service.daemon.scheduler import Scheduler
 from triggerer.service.dead_letters import Unstorable, record_dead_letters
 from triggerer.service.events import NewEvent
+from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import models
 from triggerer.service.store.types import utcnow
 

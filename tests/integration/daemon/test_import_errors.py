@@ -10,8 +10,8 @@ import anyio
 from sqlalchemy import func, select
 
 from triggerer.service import queries
-from triggerer.service.daemon.registry import sync_definitions, sync_import_errors
 from triggerer.service.loader import LoadError, load_pipelines
+from triggerer.service.scheduling.registry import sync_definitions, sync_import_errors
 from triggerer.service.store import models, session_factory
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
 from triggerer.service.daemon.ingest import Delivery, Ingest
-from triggerer.service.daemon.registry import WatchedTrigger, sync_definitions
 from triggerer.service.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import WatchedTrigger, sync_definitions
 from triggerer.service.store import models, session_factory
 from triggerer.triggers import Ack, TriggerEvent
 

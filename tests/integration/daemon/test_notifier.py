@@ -22,8 +22,8 @@ from structlog.testing import capture_logs
 from triggerer import Asset, AssetAlias
 from triggerer.service.config import LoggingSettings
 from triggerer.service.daemon.notifier import Notifier
-from triggerer.service.daemon.registry import DefinitionChanges
 from triggerer.service.events import Recorded, RecordedEvent
+from triggerer.service.scheduling.registry import DefinitionChanges
 
 ORDERS = Asset("orders")
 NOW = datetime(2026, 3, 16, tzinfo=UTC)

@@ -40,11 +40,11 @@ from sqlalchemy import delete, select, update
 
 from triggerer import Asset, PartitionedAssetTimetable, ToDaily
 from triggerer.pipelines import Pipeline
-from triggerer.service.daemon.registry import Registry, sync_definitions
-from triggerer.service.daemon.schedule_queries import ACTIVE_STATES
-from triggerer.service.daemon.scheduler import Scheduler
 from triggerer.service.events import NewEvent, record_events
 from triggerer.service.loader import LoadedPipelines
+from triggerer.service.scheduling.registry import Registry, sync_definitions
+from triggerer.service.scheduling.schedule_queries import ACTIVE_STATES
+from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import create_engine, models, session_factory
 from triggerer.service.store.models import RunState
 

@@ -12,11 +12,11 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer.schedules import PartitionedAssetTimetable
-from triggerer.service.daemon.registry import Registry, sync_definitions
-from triggerer.service.daemon.schedule_queries import create_manual_run
-from triggerer.service.daemon.scheduler import Scheduler
 from triggerer.service.events import NewEvent, record_events
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import Registry, sync_definitions
+from triggerer.service.scheduling.schedule_queries import create_manual_run
+from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import models, session_factory
 from triggerer.service.store.models import RunState
 from triggerer.service.store.types import utcnow
@@ -198,7 +198,7 @@ async def test_a_busy_scheduler_still_looks_at_everything_every_idle_period(
     even while wakes for other pipelines keep arriving (it used to wait for a quiet moment)."""
     import anyio
 
-    from triggerer.service.daemon import scheduler
+    from triggerer.service.scheduling import scheduler
 
     monkeypatch.setattr(scheduler, "IDLE_WAKE_S", 1.0)
     async with anyio.create_task_group() as group:
@@ -219,7 +219,7 @@ async def test_a_stream_of_wakes_makes_a_pass_per_spacing_not_one_per_wake(
     PASS_SPACING_S, and the last wake still gets its pass."""
     import anyio
 
-    from triggerer.service.daemon import scheduler
+    from triggerer.service.scheduling import scheduler
 
     monkeypatch.setattr(scheduler, "PASS_SPACING_S", 0.05)
     passes = 0

@@ -10,9 +10,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from triggerer import Asset, AssetAlias
-from triggerer.service.daemon.registry import DefinitionChanges, sync_definitions
 from triggerer.service.events import NewEvent, asset_events, origins, record_events
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import DefinitionChanges, sync_definitions
 from triggerer.service.store import models, session_factory
 
 PIPELINES = """

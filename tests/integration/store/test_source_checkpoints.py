@@ -18,9 +18,9 @@ from triggerer import checkpoints
 from triggerer.service import events as events_module
 from triggerer.service.daemon import ingest as ingest_module
 from triggerer.service.daemon.ingest import Delivery, Ingest
-from triggerer.service.daemon.registry import WatchedTrigger, sync_definitions
 from triggerer.service.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
 from triggerer.service.loader import load_pipelines
+from triggerer.service.scheduling.registry import WatchedTrigger, sync_definitions
 from triggerer.service.store import create_engine, session_factory, source_checkpoints, upgrade
 from triggerer.service.store.migrate import alembic_config
 from triggerer.service.store.models import AssetEvent, DeadLetter, SourceCheckpoint

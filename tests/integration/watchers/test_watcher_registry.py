@@ -14,8 +14,8 @@ import anyio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from triggerer.service.daemon.registry import Registry, sync_definitions
 from triggerer.service.loader import LoadedPipelines, load_pipelines
+from triggerer.service.scheduling.registry import Registry, sync_definitions
 from triggerer.service.store import models, session_factory
 
 HEAD = """

@@ -17,8 +17,8 @@ from triggerer.service.api.group_commit import GroupCommit
 
 if TYPE_CHECKING:
     from triggerer.service.config import Settings
-    from triggerer.service.daemon.registry import Registry
     from triggerer.service.events import Recorded
+    from triggerer.service.scheduling.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True)

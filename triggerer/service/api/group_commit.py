@@ -31,7 +31,7 @@ from triggerer.service.store.models import EventSource
 from triggerer.service.store.notices import notify_queued
 
 if TYPE_CHECKING:
-    from triggerer.service.daemon.registry import Registry
+    from triggerer.service.scheduling.registry import Registry
 
 MAX_BATCH = 500
 """Events per transaction at most; more waiting go in the next one."""

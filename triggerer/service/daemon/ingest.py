@@ -15,7 +15,6 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service import metrics
-from triggerer.service.daemon.registry import WatchedTrigger
 from triggerer.service.dead_letters import (
     Unstorable,
     record_dead_letters,
@@ -23,6 +22,7 @@ from triggerer.service.dead_letters import (
     unstorable,
 )
 from triggerer.service.events import NewEvent, Recorded, record_events, stored_extras
+from triggerer.service.scheduling.registry import WatchedTrigger
 from triggerer.service.store.models import EventSource
 from triggerer.service.store.outages import until_stored
 from triggerer.service.store.source_checkpoints import furthest, record_checkpoints

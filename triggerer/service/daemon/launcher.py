@@ -32,17 +32,17 @@ from triggerer.assets import Asset, AssetAlias
 from triggerer.service import lifeline, metrics, runner
 from triggerer.service.daemon.inlets import serving as inlet_events
 from triggerer.service.daemon.log_shipping import LogShipper
-from triggerer.service.daemon.registry import (
-    DefinitionChanges,
-    Registry,
-    ensure_alias,
-    ensure_asset,
-)
 from triggerer.service.daemon.run_forks import ForkerUnavailable, RunForks
 from triggerer.service.dead_letters import unstorable
 from triggerer.service.events import NewEvent, Recorded, record_events
 from triggerer.service.processes import Process, spark_conf, spark_env, terminate
 from triggerer.service.run_spec import RunSpec, SparkSpec, SpecAsset, SpecEvent
+from triggerer.service.scheduling.registry import (
+    DefinitionChanges,
+    Registry,
+    ensure_alias,
+    ensure_asset,
+)
 from triggerer.service.store import models
 from triggerer.service.store.engine import async_url
 from triggerer.service.store.failures import STORE_ERRORS, is_outage

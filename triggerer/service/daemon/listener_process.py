@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pluggy
 
     from triggerer.service.config import LoggingSettings
-    from triggerer.service.daemon.registry import DefinitionChanges
+    from triggerer.service.scheduling.registry import DefinitionChanges
 
 log = structlog.get_logger(__name__)
 

@@ -43,8 +43,8 @@ from triggerer.service.daemon.listener_process import (
     encode_definitions,
     encode_events,
 )
-from triggerer.service.daemon.registry import DefinitionChanges
 from triggerer.service.events import Origins, Recorded, origins
+from triggerer.service.scheduling.registry import DefinitionChanges
 from triggerer.service.store.outages import HEALTHY_AFTER_S, until_stored
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from triggerer.triggers import (
 if TYPE_CHECKING:
     from triggerer.service.daemon.ingest import Delivery
     from triggerer.service.daemon.leases import Leases
-    from triggerer.service.daemon.registry import WatchedTrigger
+    from triggerer.service.scheduling.registry import WatchedTrigger
 
 log = structlog.get_logger(__name__)
 

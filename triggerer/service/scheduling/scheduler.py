@@ -12,7 +12,7 @@ other pipelines go on; the error is cleared once the pipeline evaluates cleanly.
 unavailable (``is_outage``) is no pipeline's fault: that propagates to the caller, which retries
 the whole loop.
 
-The statements it runs are in :mod:`triggerer.service.daemon.schedule_queries`.
+The statements it runs are in :mod:`triggerer.service.scheduling.schedule_queries`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.schedules import CronPartitionTimetable, next_tick
 from triggerer.service import metrics
-from triggerer.service.daemon.picking import Pick, describe, pick_run
-from triggerer.service.daemon.schedule_queries import (
+from triggerer.service.scheduling.picking import Pick, describe, pick_run
+from triggerer.service.scheduling.schedule_queries import (
     ConsumedElsewhere,
     asset_run_id,
     assets_with_queued,
@@ -52,7 +52,7 @@ from triggerer.service.store.types import storable_text, utcnow
 if TYPE_CHECKING:
     from triggerer.assets import AssetAlias, BaseAsset
     from triggerer.pipelines import Pipeline
-    from triggerer.service.daemon.registry import Registry
+    from triggerer.service.scheduling.registry import Registry
 
 log = structlog.get_logger(__name__)
 
@@ -204,7 +204,7 @@ class Scheduler:
 
     async def _drop_foreign_rows(self) -> None:
         """Delete the queue rows no run can consume under the current definitions (see
-        :func:`~triggerer.service.daemon.schedule_queries.drop_foreign_rows`)."""
+        :func:`~triggerer.service.scheduling.schedule_queries.drop_foreign_rows`)."""
         async with self._sessions.begin() as session:
             count = await drop_foreign_rows(session)
         if count:

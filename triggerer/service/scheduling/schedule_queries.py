@@ -33,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from triggerer.service.daemon.picking import Queued
+from triggerer.service.scheduling.picking import Queued
 from triggerer.service.store import models
 from triggerer.service.store.models import (
     ACTIVE_RUN_STATES,
@@ -48,7 +48,7 @@ from triggerer.service.store.types import utcnow
 if TYPE_CHECKING:
     from triggerer.assets import AssetAlias, BaseAsset
     from triggerer.pipelines import Pipeline
-    from triggerer.service.daemon.registry import Registry
+    from triggerer.service.scheduling.registry import Registry
 
 K = TypeVar("K", int, str)
 """A key of pipelines or assets, as :func:`_queued_keys` takes them."""

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from triggerer.assets import BaseAsset
     from triggerer.pipelines import RunPolicy
     from triggerer.schedules import Schedule
-    from triggerer.service.daemon.registry import Registry
+    from triggerer.service.scheduling.registry import Registry
 
 Choice = frozenset[int]
 """Asset ids whose events together satisfy a condition (directly or through aliases)."""
