@@ -54,4 +54,5 @@ class Provider:
     send: Callable[..., Awaitable[list[str]]] | None = None
     """``await send(uri, bodies, connection=None)``: post each text of ``bodies`` as one message
     to the queue at ``uri`` (read with the named connection's credentials); the ids of the
-    messages sent, in order. ``triggerer post NAME URI MESSAGE...`` calls it."""
+    messages sent, in order; keyword options of its own may follow (Kafka's ``key``, SQS's
+    ``region_name`` and ``endpoint_url``). ``triggerer post NAME ...`` calls it."""

@@ -32,7 +32,7 @@ __all__ = (
 )
 
 # The module defining each name, imported when the name is first asked for (PEP 562): a
-# module of this package (``watchers.producers``, ``watchers.kafka_fetcher``) is imported
+# module of this package (``watchers.kafka_fetcher``, ``watchers.sqs_address``) is imported
 # without the other brokers' clients.
 _HOME_OF = {
     "FileTrigger": "watchers.file",

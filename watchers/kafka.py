@@ -6,14 +6,14 @@ import dataclasses
 import hashlib
 import json
 import urllib.parse
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.helpers import create_ssl_context
 
 from triggerer.backoff import Backoff
@@ -208,7 +208,7 @@ class KafkaTrigger(BaseEventTrigger):
             "session_timeout_ms": self.session_timeout_ms,
             "heartbeat_interval_ms": self.heartbeat_interval_ms,
             "fetch_max_wait_ms": self.fetch_max_wait_ms,
-            **self._security_options(),
+            **security_options(self.connection),
         }
 
     def reader_spec(self) -> kafka_fetcher.ReaderSpec:
@@ -339,7 +339,7 @@ class KafkaTrigger(BaseEventTrigger):
     async def _dead_letter_producer(self) -> AIOKafkaProducer:
         if self._producer is None:
             producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap_servers, **self._security_options()
+                bootstrap_servers=self.bootstrap_servers, **security_options(self.connection)
             )
             try:
                 await producer.start()
@@ -348,24 +348,6 @@ class KafkaTrigger(BaseEventTrigger):
                 raise
             self._producer = producer
         return self._producer
-
-    def _security_options(self) -> dict[str, Any]:
-        if self.connection is None:
-            return {}
-        settings = get_connection(self.connection)
-        unknown = set(settings) - CONNECTION_KEYS - SSL_KEYS
-        if unknown:
-            raise ValueError(
-                f"connection {self.connection!r} has settings KafkaTrigger does not know: "
-                f"{', '.join(sorted(unknown))}; valid: {_VALID_CONNECTION_KEYS}"
-            )
-        options = {key: value for key, value in settings.items() if key in CONNECTION_KEYS}
-        ssl = {
-            key.removeprefix("ssl_"): value for key, value in settings.items() if key in SSL_KEYS
-        }
-        if ssl:
-            options["ssl_context"] = create_ssl_context(**ssl)
-        return options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,6 +364,24 @@ class _KafkaProcessing(Processing):
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return str(value)
         return None
+
+
+def security_options(connection: str | None) -> dict[str, Any]:
+    """aiokafka's options of the named connection's SASL/TLS settings (none without one)."""
+    if connection is None:
+        return {}
+    settings = get_connection(connection)
+    unknown = set(settings) - CONNECTION_KEYS - SSL_KEYS
+    if unknown:
+        raise ValueError(
+            f"connection {connection!r} has settings KafkaTrigger does not know: "
+            f"{', '.join(sorted(unknown))}; valid: {_VALID_CONNECTION_KEYS}"
+        )
+    options = {key: value for key, value in settings.items() if key in CONNECTION_KEYS}
+    ssl = {key.removeprefix("ssl_"): value for key, value in settings.items() if key in SSL_KEYS}
+    if ssl:
+        options["ssl_context"] = create_ssl_context(**ssl)
+    return options
 
 
 class _Ack:
@@ -464,6 +464,51 @@ def _trigger_of_uri(uri: str, **options: Any) -> KafkaTrigger:
     return KafkaTrigger(bootstrap_servers=servers, topics=topics, **options)
 
 
+async def send(
+    uri: str,
+    bodies: Iterable[str],
+    connection: str | None = None,
+    *,
+    key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Produce each body as one message to the topic of ``uri``, which must exist, with ``key``
+    and ``headers`` when given; ``<topic>/<partition>/<offset>`` of each, in order."""
+    servers, topics = parse_kafka_uri(uri)
+    if len(topics) != 1:
+        raise ValueError(f"Kafka URI {uri!r} must name one topic to send to, not {len(topics)}")
+    [topic] = topics
+    header_list = [(name, value.encode()) for name, value in (headers or {}).items()]
+    producer = AIOKafkaProducer(
+        bootstrap_servers=servers, acks="all", **security_options(connection)
+    )
+    try:
+        await producer.start()
+        metadata = await producer.client.fetch_all_metadata()
+        if topic not in metadata.topics():
+            raise LookupError(
+                f"Kafka topic {topic!r} does not exist on {servers}; "
+                f"existing topics: {', '.join(sorted(metadata.topics())) or 'none'}"
+            )
+        futures = [
+            await producer.send(
+                topic,
+                body.encode(),
+                key=None if key is None else key.encode(),
+                headers=header_list or None,
+            )
+            for body in bodies
+        ]
+        records = [await future for future in futures]
+    except KafkaConnectionError:
+        raise ConnectionError(f"cannot reach a Kafka broker at {servers}") from None
+    except KafkaError as error:
+        raise ConnectionError(f"Kafka at {servers}, topic {topic!r}: {error}") from None
+    finally:
+        await producer.stop()  # also after a failed start: it closes the client's connections
+    return [f"{topic}/{record.partition}/{record.offset}" for record in records]
+
+
 class _SharedConsumers(SharedReaders):
     """The daemon's Kafka consumers, one per cluster and consumer settings
     (:mod:`watchers.kafka_fetcher`), read by the KafkaTriggers made for watchers."""
@@ -485,5 +530,5 @@ class _SharedConsumers(SharedReaders):
 
 
 PROVIDER = Provider(
-    name="kafka", schemes=("kafka",), trigger=_trigger_of_uri, shared=_SharedConsumers
+    name="kafka", schemes=("kafka",), trigger=_trigger_of_uri, shared=_SharedConsumers, send=send
 )

@@ -9,10 +9,15 @@ and ``sqs_client``), which a trigger reads through with a ``ReaderSpec`` and who
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError, ClientError
 
 from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent
@@ -20,7 +25,7 @@ from watchers import sqs_session
 from watchers.payloads import decode_body
 from watchers.processing import Prepared, Processing, check_range
 from watchers.sqs_address import is_sqs_queue_url, parse_queue
-from watchers.sqs_client import MAX_MESSAGES
+from watchers.sqs_client import MAX_MESSAGES, client_options, is_missing_queue
 from watchers.sqs_session import Reader, ReaderSpec, ReaderStats
 
 if TYPE_CHECKING:
@@ -257,6 +262,92 @@ def _trigger_of_uri(uri: str, **options: Any) -> SqsTrigger:
     return SqsTrigger(queue=uri, **options)
 
 
+_MAX_SEND_ATTEMPTS = 3
+#: A sender waits for an answer, not for a long poll: a few seconds tell an endpoint is down.
+_SEND_CONFIG = AioConfig(connect_timeout=5, read_timeout=30, retries={"mode": "standard"})
+
+
+async def send(
+    uri: str,
+    bodies: Iterable[str],
+    connection: str | None = None,
+    *,
+    region_name: str | None = None,
+    endpoint_url: str | None = None,
+    attributes: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Send each body as one message to the queue at ``uri`` (URL, ``sqs://`` URI or name;
+    ``region_name`` and ``endpoint_url`` fill what it leaves out), in batches of ten.
+
+    ``attributes`` become String message attributes of every message. Returns the message ids,
+    in the order of ``bodies``.
+    """
+    location = parse_queue(uri, region_name=region_name, endpoint_url=endpoint_url)
+    texts = list(bodies)
+    message_attributes = {
+        name: {"DataType": "String", "StringValue": value}
+        for name, value in (attributes or {}).items()
+    }
+    fifo = location.name.endswith(".fifo")
+    shown = location.url or location.name
+    async with get_session().create_client(
+        "sqs", config=_SEND_CONFIG, **client_options(location, connection)
+    ) as client:
+        try:
+            url = location.url or (await client.get_queue_url(QueueName=location.name))["QueueUrl"]
+            ids: list[str] = []
+            for start in range(0, len(texts), MAX_MESSAGES):
+                entries = [
+                    {"Id": str(start + number), "MessageBody": body}
+                    | ({"MessageAttributes": message_attributes} if message_attributes else {})
+                    | (
+                        {
+                            "MessageGroupId": location.name,
+                            "MessageDeduplicationId": uuid.uuid4().hex,
+                        }
+                        if fifo
+                        else {}
+                    )
+                    for number, body in enumerate(texts[start : start + MAX_MESSAGES])
+                ]
+                ids += await _send_batch(client, url, entries)
+        except ClientError as error:
+            if is_missing_queue(error):
+                raise LookupError(
+                    f"SQS queue {location.name!r} does not exist at {client.meta.endpoint_url} "
+                    f"(region {client.meta.region_name}); create it first"
+                ) from None
+            raise ConnectionError(
+                f"SQS at {client.meta.endpoint_url}, queue {shown!r}: {error}"
+            ) from None
+        except BotoCoreError as error:  # unreachable endpoint, no credentials
+            raise ConnectionError(
+                f"SQS at {client.meta.endpoint_url}, queue {shown!r}: {error}"
+            ) from None
+    return ids
+
+
+async def _send_batch(client: Any, url: str, entries: list[dict[str, Any]]) -> list[str]:
+    """Send one batch; entries the service failed on its side are sent again."""
+    ids: dict[str, str] = {}
+    pending = entries
+    for _ in range(_MAX_SEND_ATTEMPTS):
+        response = await client.send_message_batch(QueueUrl=url, Entries=pending)
+        ids |= {sent["Id"]: sent["MessageId"] for sent in response.get("Successful", [])}
+        failed = response.get("Failed", [])
+        rejected = [failure for failure in failed if failure.get("SenderFault")]
+        if rejected:
+            raise ValueError(f"SQS rejected messages {rejected!r} sent to {url}")
+        retry = {failure["Id"] for failure in failed}
+        pending = [entry for entry in pending if entry["Id"] in retry]
+        if not pending:
+            return [ids[entry["Id"]] for entry in entries]
+    raise RuntimeError(
+        f"SQS failed to take {len(pending)} messages sent to {url} after "
+        f"{_MAX_SEND_ATTEMPTS} attempts: {failed!r}"
+    )
+
+
 class _SharedPollers(SharedReaders):
     """The daemon's SQS pollers, one per queue (:mod:`watchers.sqs_session`): each watcher of a
     queue sees every message, deleted once all of them are done with it."""
@@ -272,5 +363,9 @@ class _SharedPollers(SharedReaders):
 
 
 PROVIDER = Provider(
-    name="sqs", schemes=("sqs", "https", "http"), trigger=_trigger_of_uri, shared=_SharedPollers
+    name="sqs",
+    schemes=("sqs", "https", "http"),
+    trigger=_trigger_of_uri,
+    shared=_SharedPollers,
+    send=send,
 )

@@ -52,19 +52,13 @@ class QueueClient:
     ) -> None:
         """Create the client (credentials, region and endpoint from ``queue``, then from the
         named ``connection``) and find the queue's URL."""
-        settings = {} if connection is None else get_connection(connection)
-        credentials = {key: settings[key] for key in _CREDENTIAL_KEYS if key in settings}
-        region = queue.region_name or settings.get("region_name")
-        endpoint = queue.endpoint_url or settings.get("endpoint_url")
         config = AioConfig(
             max_pool_connections=pool_size,
             read_timeout=read_timeout_s,
             retries={"mode": "standard"},
         )
         self._client = await self._exit_stack.enter_async_context(
-            get_session().create_client(
-                "sqs", region_name=region, endpoint_url=endpoint, config=config, **credentials
-            )
+            get_session().create_client("sqs", config=config, **client_options(queue, connection))
         )
         self.queue_url = queue.url or await self.queue_url_of(queue.name)
 
@@ -119,6 +113,18 @@ class QueueClient:
                 f"SQS queue {queue!r} does not exist at {self._client.meta.endpoint_url} "
                 f"(region {self._client.meta.region_name}); create it or fix the queue name"
             ) from error
+
+
+def client_options(queue: SqsQueue, connection: str | None) -> dict[str, Any]:
+    """The SQS client's region, endpoint and credentials: those ``queue`` names, then the named
+    ``connection``'s, then (left out) the environment's."""
+    settings = {} if connection is None else get_connection(connection)
+    credentials = {key: settings[key] for key in _CREDENTIAL_KEYS if key in settings}
+    return {
+        "region_name": queue.region_name or settings.get("region_name"),
+        "endpoint_url": queue.endpoint_url or settings.get("endpoint_url"),
+        **credentials,
+    }
 
 
 def is_missing_queue(error: ClientError) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shlex
 import shutil
@@ -28,7 +29,8 @@ import httpx  # noqa: E402 - after sys.path
 
 from deploy.local.services import DUMMY_AWS_ENV, moto, tansu  # noqa: E402
 from triggerer.service.config import load_settings  # noqa: E402
-from watchers.producers import send_kafka, send_sqs  # noqa: E402
+from watchers.kafka import send as send_to_kafka  # noqa: E402
+from watchers.sqs import send as send_to_sqs  # noqa: E402
 
 STATE = ROOT / "var" / "demo"
 CONFIG = ROOT / "config" / "triggerer.toml"
@@ -71,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             wait_until(daemon, lambda: client.get("/healthz").is_success, "answer on its API")
             # The orders are stored before the customer is sent, so that their events, and the
             # runs named after them, have the same ids on every start (total_orders__asset__1).
-            asyncio.run(send_kafka(kafka.address, "orders", ORDERS))
+            orders = [json.dumps(order) for order in ORDERS]
+            asyncio.run(send_to_kafka(f"kafka://{kafka.address}/orders", orders))
             wait_until(daemon, lambda: stored_events(client) >= len(ORDERS), "store the orders")
             asyncio.run(
-                send_sqs(
-                    "customers", [{"name": "Ada"}], endpoint_url=endpoint, region_name="us-east-1"
+                send_to_sqs(
+                    "customers", ['{"name": "Ada"}'], endpoint_url=endpoint, region_name="us-east-1"
                 )
             )
             print("posted 2 orders to Kafka topic 'orders' and 1 customer to SQS queue 'customers'")  # noqa: T201

@@ -26,13 +26,12 @@ from aiobotocore.session import get_session  # noqa: E402
 
 from deploy.local.services import DUMMY_AWS_ENV, moto  # noqa: E402
 from triggerer.triggers import TriggerEvent  # noqa: E402
-from watchers.producers import send_sqs  # noqa: E402
-from watchers.sqs import SqsTrigger  # noqa: E402
+from watchers.sqs import SqsTrigger, send  # noqa: E402
 
 
 async def fill(client: Any, name: str, messages: int) -> str:
     url: str = (await client.create_queue(QueueName=name))["QueueUrl"]
-    await send_sqs(url, ({"n": n, "pad": "x" * 200} for n in range(messages)))
+    await send(url, (json.dumps({"n": n, "pad": "x" * 200}) for n in range(messages)))
     return url
 
 

@@ -98,7 +98,7 @@ def test_connection_settings_become_client_options(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(kafka, "get_connection", {"prod": settings}.__getitem__)
     trigger = KafkaTrigger(bootstrap_servers="127.0.0.1:9092", topics=["t"], connection="prod")
 
-    assert trigger._security_options() == settings
+    assert kafka.security_options(trigger.connection) == settings
     assert "secret" not in repr(trigger)
 
 
@@ -107,4 +107,4 @@ def test_unknown_connection_setting_is_named(monkeypatch: pytest.MonkeyPatch) ->
     trigger = KafkaTrigger(bootstrap_servers="127.0.0.1:9092", topics=["t"], connection="prod")
 
     with pytest.raises(ValueError, match=r"connection 'prod'.*sasl_password"):
-        trigger._security_options()
+        trigger.consumer_settings()

@@ -156,11 +156,11 @@ refunds = Asset("refunds", watchers=[AssetWatcher("sales", sales("refund"))])
 async def test_sqs_watchers_with_different_filters_share_the_queue_and_each_sees_its_messages(
     database_url: str, tmp_path: Path, moto_server: str, make_sqs_queue: MakeQueue
 ) -> None:
-    from watchers.producers import send_sqs
+    from watchers.sqs import send
 
     queue_url = await make_sqs_queue()
     sent = [{"n": n, "type": ("order", "refund")[n % 2]} for n in range(20)]
-    await send_sqs(queue_url, sent)
+    await send(queue_url, [json.dumps(message) for message in sent])
     write_pipelines(tmp_path / "pipelines", sqs_pipelines(queue_url))
     settings = daemon_settings(tmp_path, database_url, NO_SPARK)
 

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import SqsTrigger, sqs_session
-from watchers.producers import send_sqs
+from watchers.sqs import send as provider_send
 from watchers.sqs_client import QueueClient
 from watchers.sqs_dead_letters import DEAD_LETTER_REASON_ATTRIBUTE, DEAD_LETTER_SOURCE_ATTRIBUTE
 
@@ -170,7 +170,7 @@ async def test_visibility_is_extended_while_the_ack_is_pending(sqs: Any, sqs_que
 async def test_acks_are_deleted_in_batches(
     sqs: Any, sqs_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await send_sqs(sqs_queue, range(25))
+    await provider_send(sqs_queue, [str(n) for n in range(25)])
     calls: list[int] = []
     real_call = QueueClient.call
 
