@@ -262,6 +262,6 @@ def run_forkers(daemon_pid: int) -> list[int]:
             command = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-        if parent == daemon_pid and b"triggerer.service.run_forker" in command:
+        if parent == daemon_pid and b"triggerer.service.runs.forker" in command:
             found.append(int(stat.parent.name))
     return found

@@ -21,7 +21,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from tests.e2e.daemon import Deployment, runs, sqlite_url
-from triggerer.service.openlineage import run_uuid
+from triggerer.service.runs.openlineage import run_uuid
 
 if TYPE_CHECKING:
     from pathlib import Path

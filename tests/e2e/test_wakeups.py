@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.e2e.daemon import ORDERS, runs, triggerer_cli
-from triggerer.service.daemon import launcher
+from triggerer.service.runs import launcher
 from triggerer.service.scheduling import scheduler
 
 if TYPE_CHECKING:

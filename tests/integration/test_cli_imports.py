@@ -38,6 +38,7 @@ NOT_FOR_READING = (
     "watchers",
     "triggerer.service.daemon",
     "triggerer.service.scheduling",
+    "triggerer.service.runs.launcher",
     "triggerer.service.api",
     "triggerer.listeners",
 )

@@ -9,7 +9,7 @@ import sys
 PR_GET_DUMPABLE = 3
 CHILD = """
 import ctypes
-from triggerer.service.processes import hide_environment
+from triggerer.service.runs.processes import hide_environment
 
 prctl = ctypes.CDLL(None).prctl
 before = prctl({get}, 0, 0, 0, 0)

@@ -1,4 +1,5 @@
-"""``triggerer.service.lifeline``: the process it becomes dies with its parent, even on kill -9."""
+"""``triggerer.service.runs.lifeline``: the process it becomes dies with its parent, even on
+kill -9."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from triggerer.service import lifeline
+from triggerer.service.runs import lifeline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
 

@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from triggerer.service.config import CONFIG_ENV, ConfigError, OpenLineageSettings, load_settings
-from triggerer.service.daemon.lineage_emitter import LineageEmitter, make_transport
-from triggerer.service.openlineage import (
+from triggerer.service.runs.lineage_emitter import LineageEmitter, make_transport
+from triggerer.service.runs.openlineage import (
     DatasetId,
     EventType,
     ParentRun,

@@ -21,7 +21,7 @@ from triggerer import (
     pipeline,
 )
 from triggerer.schedules import CronSchedule
-from triggerer.service.daemon.launcher import MAX_RETRY_S, retry_at
+from triggerer.service.runs.launcher import MAX_RETRY_S, retry_at
 from triggerer.service.store.types import utcnow
 
 orders, customers, report = Asset("orders"), Asset("customers"), Asset("report")

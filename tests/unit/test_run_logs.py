@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from triggerer.service.daemon.log_shipping import CHUNK_MAX_BYTES, Kept, Shipment
-from triggerer.service.run_logs import assemble, cut_line
+from triggerer.service.runs.log_shipping import CHUNK_MAX_BYTES, Kept, Shipment
+from triggerer.service.runs.stored_logs import assemble, cut_line
 
 
 class Store:

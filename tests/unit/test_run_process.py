@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from triggerer.service import lifeline, runner
 from triggerer.service.config import Settings
-from triggerer.service.daemon.launcher import _command
-from triggerer.service.daemon.spark_server import LocalSparkServer
-from triggerer.service.processes import spark_conf, spark_env
+from triggerer.service.runs import lifeline, runner
+from triggerer.service.runs.launcher import _command
+from triggerer.service.runs.processes import spark_conf, spark_env
+from triggerer.service.runs.spark_server import LocalSparkServer
 
 SPEC, RESULT = Path("/runs/spec.json"), Path("/runs/result-1.json")
 
@@ -27,7 +27,7 @@ def test_every_run_starts_tied_to_the_daemon() -> None:
     command = _command(Settings(), SPEC, RESULT, "/spark")
     assert command == [
         *(sys.executable, "-I", lifeline.__file__, str(os.getpid())),
-        *(sys.executable, "-m", "triggerer.service.runner", str(SPEC), str(RESULT)),
+        *(sys.executable, "-m", "triggerer.service.runs.runner", str(SPEC), str(RESULT)),
     ]
 
 

@@ -260,7 +260,7 @@ async def _run(settings: Settings, _: argparse.Namespace) -> int:
     import structlog
 
     from triggerer.service.daemon.service import Server, Service, serve
-    from triggerer.service.processes import hide_environment
+    from triggerer.service.runs.processes import hide_environment
 
     hide_environment()  # its credentials stay out of reach of the runs it starts
     api: Callable[[Service], Server] | None = None
@@ -723,7 +723,7 @@ async def _runs_rows(session: AsyncSession, arguments: argparse.Namespace) -> Se
 async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
     """The run's log from the store, whichever daemon ran it; an empty one says why on
     stderr (exit 0: the run exists)."""
-    from triggerer.service import run_logs
+    from triggerer.service.runs import stored_logs as run_logs
 
     async def work(session: AsyncSession) -> run_logs.RunLog:
         return await run_logs.read(session, arguments.run_id)

@@ -10,8 +10,8 @@ import anyio
 import msgspec
 
 from triggerer.assets import Asset
-from triggerer.service.daemon.inlets import serving
-from triggerer.service.run_spec import InletAnswer, SpecAsset
+from triggerer.service.runs.inlets import serving
+from triggerer.service.runs.spec import InletAnswer, SpecAsset
 from triggerer.service.store import models, session_factory
 
 if TYPE_CHECKING:

@@ -26,10 +26,10 @@ from tests.e2e.daemon import (
     wait_for,
     write_pipelines,
 )
-from triggerer.service import lifeline
-from triggerer.service.daemon.run_forks import ForkedRun, ForkerUnavailable, RunForks
-from triggerer.service.processes import spark_env
-from triggerer.service.run_spec import RunSpec, SparkSpec
+from triggerer.service.runs import lifeline
+from triggerer.service.runs.forks import ForkedRun, ForkerUnavailable, RunForks
+from triggerer.service.runs.processes import spark_env
+from triggerer.service.runs.spec import RunSpec, SparkSpec
 
 if TYPE_CHECKING:
     from triggerer.service.store import models
@@ -178,7 +178,7 @@ async def test_a_forker_that_cannot_start_fails_the_run_with_an_error_naming_it(
     async with forking(tmp_path) as forks:
         forks.env["PYTHONHOME"] = str(tmp_path / "no-python-here")  # its interpreter cannot start
         with pytest.raises(
-            ForkerUnavailable, match=r"run forker \(python -m triggerer.service.run_forker"
+            ForkerUnavailable, match=r"run forker \(python -m triggerer.service.runs.forker"
         ):
             await forks.start()
 
@@ -207,5 +207,5 @@ async def test_through_the_daemon_a_forker_that_cannot_start_fails_its_runs_not_
             assert triggered.returncode == 0, triggered.stderr
             done = await wait_for(url, runs, lambda rs, n=count: failed(rs) == n)
     assert all(
-        "run forker (python -m triggerer.service.run_forker) exited" in r.error for r in done
+        "run forker (python -m triggerer.service.runs.forker) exited" in r.error for r in done
     )

@@ -16,8 +16,8 @@ from structlog.testing import capture_logs
 
 from tests.e2e.daemon import alive
 from triggerer.service.config import SparkSettings
-from triggerer.service.daemon import spark_server
-from triggerer.service.daemon.spark_server import LocalSparkServer
+from triggerer.service.runs import spark_server
+from triggerer.service.runs.spark_server import LocalSparkServer
 
 LISTENER = """
 import socket, sys, time

@@ -31,7 +31,7 @@ from alembic.script import ScriptDirectory
 
 from tests.fixtures.helm import CHART, Helm, Manifest, documents
 from triggerer.service.config import CONFIG_ENV, load_settings
-from triggerer.service.processes import KILL_GRACE_S
+from triggerer.service.runs.processes import KILL_GRACE_S
 from triggerer.service.store import create_engine, current_revision, head_revision, upgrade
 from triggerer.service.store.migrate import alembic_config
 

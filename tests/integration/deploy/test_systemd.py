@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from triggerer.service.config import CONFIG_ENV, DaemonSettings, Settings
-from triggerer.service.processes import KILL_GRACE_S
+from triggerer.service.runs.processes import KILL_GRACE_S
 
 SYSTEMD = Path(__file__).parents[3] / "deploy" / "systemd"
 UNIT = SYSTEMD / "triggerer.service"

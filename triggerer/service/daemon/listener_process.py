@@ -9,7 +9,7 @@ The daemon writes one JSON line per item to the process's stdin: committed event
 the recorded events, with the assets and runs they refer to) or definition changes. The process
 calls the hooks for it, in order, and answers one line per item on its stdout with the failures
 per hook. What listeners print goes to stderr, with the logs. The process dies with the daemon
-(see :mod:`triggerer.service.lifeline`) and ends when its stdin closes.
+(see :mod:`triggerer.service.runs.lifeline`) and ends when its stdin closes.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import structlog
 from triggerer.assets import Asset, AssetAlias
 from triggerer.listeners import listener_manager, notify
 from triggerer.service.events import Origins, Recorded, RecordedEvent, asset_events
-from triggerer.service.lifeline import die_with_parent
+from triggerer.service.runs.lifeline import die_with_parent
 
 if TYPE_CHECKING:
     import pluggy

@@ -29,16 +29,16 @@ from triggerer.service import metrics
 from triggerer.service.config import ConfigError
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.lag_samples import LagSampler
-from triggerer.service.daemon.launcher import Launcher
 from triggerer.service.daemon.leases import Leases
-from triggerer.service.daemon.lineage_emitter import LineageEmitter
 from triggerer.service.daemon.notifier import Notifier
 from triggerer.service.daemon.retention import Retention
-from triggerer.service.daemon.spark_server import LocalSparkServer
 from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.service.daemon.wakeups import listen
 from triggerer.service.daemon.watchdog import watch_event_loop
 from triggerer.service.loader import LoadedPipelines, load_pipelines, pipeline_files
+from triggerer.service.runs.launcher import Launcher
+from triggerer.service.runs.lineage_emitter import LineageEmitter
+from triggerer.service.runs.spark_server import LocalSparkServer
 from triggerer.service.scheduling.registry import DefinitionChanges, Registry, sync_definitions
 from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import (

@@ -600,7 +600,7 @@ class RunEvent(Base):
 
 class RunLogChunk(Base):
     """A piece of a run's log, shipped into the store by the daemon running it while it runs
-    (:mod:`triggerer.service.daemon.log_shipping`), so that every daemon's API and the CLI read
+    (:mod:`triggerer.service.runs.log_shipping`), so that every daemon's API and the CLI read
     it, and it outlives that daemon and its logs folder.
 
     ``position`` is where ``data`` (the log's bytes, as the run wrote them) starts in the log of

@@ -4,8 +4,9 @@ The run's process writes its log to a file of the daemon running it, ``[spark]
 logs_dir/<pipeline_id>/<run_id>/try-<n>.log``, as it always did. While the process runs, a
 :class:`LogShipper` reads what the file gained every :data:`SHIP_EVERY_S` (in a worker thread)
 and stores it as one chunk, one insert; once the process has ended it ships the rest. So any
-daemon's API, the CLI and the UI read the log from the store (:mod:`triggerer.service.run_logs`),
-and a daemon killed in the middle of a run leaves all but its last second.
+daemon's API, the CLI and the UI read the log from the store
+(:mod:`triggerer.service.runs.stored_logs`), and a daemon killed in the middle of a run leaves
+all but its last second.
 
 The store keeps at most ``[runs] log_max_bytes`` of a try (:class:`Kept`): its first quarter,
 then the last three quarters, older chunks of which are deleted as newer ones come; the bytes in

@@ -3,7 +3,7 @@ sends through the OpenLineage client's transport in a worker thread.
 
 The launcher tells :class:`LineageEmitter` when a run starts and when it ends, which only
 appends to a queue. One task takes each change in turn, reads the run's inputs, outputs and
-parent from the store, builds the event (:mod:`triggerer.service.openlineage`) and hands it to
+parent from the store, builds the event (:mod:`triggerer.service.runs.openlineage`) and hands it to
 the transport in a thread: HTTP (Marquez or any OpenLineage endpoint), a file of JSON lines,
 Kafka, or the console (the daemon's log). A backend that is slow or away costs the daemon
 nothing but waiting changes: every send is bounded by the transport's timeout (``[openlineage]
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
     from triggerer.service.config import OpenLineageSettings
-    from triggerer.service.openlineage import EventType, RunLineage
+    from triggerer.service.runs.openlineage import EventType, RunLineage
 
 log = structlog.get_logger(__name__)
 
@@ -177,7 +177,7 @@ class LineageEmitter:
             self._dropped, self._dropped_logged_at = 0, time.monotonic()
 
     async def _send(self, transport: Transport, change: _Change) -> None:
-        from triggerer.service.openlineage import run_event  # imported by make_transport
+        from triggerer.service.runs.openlineage import run_event  # imported by make_transport
 
         read = await until_stored(partial(self._lineage, change.run_pk), during="openlineage")
         if read is None:  # its pipeline, and so the run, was deleted meanwhile
@@ -214,7 +214,7 @@ class LineageEmitter:
 
     async def _lineage(self, run_pk: int) -> tuple[RunLineage, str | None] | None:
         """The run's lineage as stored, and its error; ``None`` when the run is gone."""
-        from triggerer.service.openlineage import ParentRun, RunLineage
+        from triggerer.service.runs.openlineage import ParentRun, RunLineage
 
         async with self._sessions() as session:
             run = await session.get(models.Run, run_pk)
@@ -306,7 +306,7 @@ def make_transport(settings: OpenLineageSettings) -> Transport:
         from openlineage.client.transport.console import ConsoleConfig, ConsoleTransport
 
         transport = ConsoleTransport(ConsoleConfig())
-    import triggerer.service.openlineage  # noqa: F401 - the events' model, imported here too
+    import triggerer.service.runs.openlineage  # noqa: F401 - the events' model, imported here too
 
     return transport  # type: ignore[no-any-return]
 

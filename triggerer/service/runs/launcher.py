@@ -29,14 +29,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
 from triggerer.assets import Asset, AssetAlias
-from triggerer.service import lifeline, metrics, runner
-from triggerer.service.daemon.inlets import serving as inlet_events
-from triggerer.service.daemon.log_shipping import LogShipper
-from triggerer.service.daemon.run_forks import ForkerUnavailable, RunForks
+from triggerer.service import metrics
 from triggerer.service.dead_letters import unstorable
 from triggerer.service.events import NewEvent, Recorded, record_events
-from triggerer.service.processes import Process, spark_conf, spark_env, terminate
-from triggerer.service.run_spec import RunSpec, SparkSpec, SpecAsset, SpecEvent
+from triggerer.service.runs import lifeline, runner
+from triggerer.service.runs.forks import ForkerUnavailable, RunForks
+from triggerer.service.runs.inlets import serving as inlet_events
+from triggerer.service.runs.log_shipping import LogShipper
+from triggerer.service.runs.processes import Process, spark_conf, spark_env, terminate
+from triggerer.service.runs.spec import RunSpec, SparkSpec, SpecAsset, SpecEvent
 from triggerer.service.scheduling.registry import (
     DefinitionChanges,
     Registry,
@@ -53,8 +54,8 @@ from triggerer.service.store.types import storable_text, utcnow
 if TYPE_CHECKING:
     from triggerer.pipelines import Pipeline
     from triggerer.service.config import Settings
-    from triggerer.service.daemon.lineage_emitter import LineageEmitter
-    from triggerer.service.daemon.spark_server import LocalSparkServer
+    from triggerer.service.runs.lineage_emitter import LineageEmitter
+    from triggerer.service.runs.spark_server import LocalSparkServer
 
 log = structlog.get_logger(__name__)
 
@@ -555,7 +556,7 @@ def _outlet_event(asset_id: int, uri: str, extra: dict[str, Any], run: models.Ru
 
 def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home: str) -> list[str]:
     """A run's process: the runner, or spark-submit running it, started so that it dies with
-    the daemon (see :mod:`triggerer.service.lifeline`)."""
+    the daemon (see :mod:`triggerer.service.runs.lifeline`)."""
     arguments = [str(spec_path), str(result_path)]
     spark = settings.spark
     if spark.mode == "submit":
@@ -566,7 +567,7 @@ def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home:
         submit = os.path.join(spark_home, "bin", "spark-submit")
         run = [submit, "--master", spark.master, *confs, runner.__file__, *arguments]
     else:
-        run = [sys.executable, "-m", "triggerer.service.runner", *arguments]
+        run = [sys.executable, "-m", "triggerer.service.runs.runner", *arguments]
     return lifeline.tied(run)
 
 

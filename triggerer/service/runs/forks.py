@@ -1,4 +1,4 @@
-"""Runs on Spark Connect start as forks of a warm run forker (``triggerer.service.run_forker``).
+"""Runs on Spark Connect start as forks of a warm run forker (``triggerer.service.runs.forker``).
 
 The forker starts with the first such run and stays for the next ones. One that died is
 replaced at the next run; its runs died with it and end with SIGKILL's returncode. When the
@@ -19,7 +19,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from triggerer.service import lifeline
+from triggerer.service.runs import lifeline
 
 _LINE_MAX_BYTES = 64
 
@@ -126,7 +126,7 @@ class RunForks:
                 except _ForkerGone:
                     self._forker = None
             raise ForkerUnavailable(
-                "the run forker (python -m triggerer.service.run_forker) exited before it started "
+                "the run forker (python -m triggerer.service.runs.forker) exited before it started "
                 "the run: its error is in the daemon's output"
             )
 
@@ -147,7 +147,7 @@ class RunForks:
             raise RuntimeError("RunForks.start_run() before serve_in()")
         try:
             process = await anyio.open_process(
-                lifeline.tied([sys.executable, "-m", "triggerer.service.run_forker"]),
+                lifeline.tied([sys.executable, "-m", "triggerer.service.runs.forker"]),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=None,  # its own errors (an import that fails) in the daemon's output

@@ -3,7 +3,7 @@
 A try of a pipeline with inlets gets a Unix socket of its own, in a folder only the daemon's
 user may enter, for as long as the try runs (its path is in the run's spec). The run asks there
 when it first reads an inlet: one request per connection, a line naming the asset, answered
-with the asset's events, oldest first (:class:`~triggerer.service.run_spec.InletAnswer`). Only
+with the asset's events, oldest first (:class:`~triggerer.service.runs.spec.InletAnswer`). Only
 the pipeline's inlets are answered. Runs are always processes on the daemon's host (a Spark
 driver runs in client mode), so a local socket reaches every one of them.
 """
@@ -25,7 +25,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
-from triggerer.service.run_spec import InletAnswer, SpecAsset, SpecEvent
+from triggerer.service.runs.spec import InletAnswer, SpecAsset, SpecEvent
 from triggerer.service.store import models
 from triggerer.service.store.failures import STORE_ERRORS
 

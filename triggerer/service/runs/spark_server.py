@@ -4,8 +4,8 @@ of its own (temporary views and SQL conf stay per run) while the JVM stays warm:
 under half a second (forked by the run forker) instead of the ten a JVM of its own takes.
 
 The server is spark-submit running ``SparkConnectServer`` in the foreground, a child of the
-daemon tied to it like a run (:mod:`triggerer.service.lifeline`), on a free loopback port, with a
-token made at start: only processes the daemon gives the token to (its runs, through
+daemon tied to it like a run (:mod:`triggerer.service.runs.lifeline`), on a free loopback port,
+with a token made at start: only processes the daemon gives the token to (its runs, through
 ``SPARK_CONNECT_AUTHENTICATE_TOKEN``) can use it. PySpark's own reusable local server
 (``spark.local.connect.reuse``) was not used: it detaches the server through ``sbin/`` scripts
 and shares it between every process of the user through a discovery file, where the daemon needs
@@ -25,8 +25,8 @@ import anyio.abc
 import structlog
 
 from triggerer.backoff import backoff_s
-from triggerer.service import lifeline
-from triggerer.service.processes import LOOPBACK, spark_conf, spark_env, spark_home, terminate
+from triggerer.service.runs import lifeline
+from triggerer.service.runs.processes import LOOPBACK, spark_conf, spark_env, spark_home, terminate
 
 if TYPE_CHECKING:
     from triggerer.service.config import SparkSettings

@@ -1,9 +1,9 @@
 """The child process of one run: a SparkSession, the pipeline function, and its outlets.
 
-``python -m triggerer.service.runner SPEC RESULT`` reads the run spec
-(:mod:`triggerer.service.run_spec`), runs the pipeline and writes what it emitted to RESULT. Its
+``python -m triggerer.service.runs.runner SPEC RESULT`` reads the run spec
+(:mod:`triggerer.service.runs.spec`), runs the pipeline and writes what it emitted to RESULT. Its
 stdout and stderr are the run log. In ``submit`` mode spark-submit runs this module as the
-application; on Spark Connect a run is a fork of ``triggerer.service.run_forker``, which calls
+application; on Spark Connect a run is a fork of ``triggerer.service.runs.forker``, which calls
 :func:`main` instead.
 """
 
@@ -27,9 +27,9 @@ from pyspark.errors import PySparkAttributeError, PySparkNotImplementedError
 from triggerer.assets import Asset
 from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
 from triggerer.pipelines import Metadata, Pipeline
-from triggerer.service.lifeline import die_with_parent
 from triggerer.service.loader import import_pipeline_file
-from triggerer.service.run_spec import InletAnswer, RunSpec, SpecAsset, SpecEvent
+from triggerer.service.runs.lifeline import die_with_parent
+from triggerer.service.runs.spec import InletAnswer, RunSpec, SpecAsset, SpecEvent
 
 # With pandas 3, PySpark 4 warns on each session that it "does not yet fully support pandas >=
 # 3.0.0": a FutureWarning no pipeline can act on, printed into every run's log (and the run
@@ -179,7 +179,7 @@ def _spark_session(spec: RunSpec, pipeline: Pipeline) -> Any:
         builder = builder.remote(spark.remote)
     conf = {**spark.conf, **pipeline.spark_conf}
     if spark.mode == "classic":
-        from triggerer.service.processes import spark_conf
+        from triggerer.service.runs.processes import spark_conf
 
         builder = builder.master(spark.master).config("spark.ui.enabled", "false")
         conf = spark_conf(spark.master, conf)  # a local JVM listens on loopback

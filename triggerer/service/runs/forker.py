@@ -1,4 +1,4 @@
-"""The process that forks runs on Spark Connect: ``python -m triggerer.service.run_forker``.
+"""The process that forks runs on Spark Connect: ``python -m triggerer.service.runs.forker``.
 
 A run on Spark Connect spends about a second importing PySpark's Connect client before its
 pipeline starts, and on a busy machine that second of CPU is most of what a short run costs.
@@ -19,8 +19,8 @@ import selectors
 import sys
 import traceback
 
-from triggerer.service import runner
-from triggerer.service.lifeline import die_with_parent
+from triggerer.service.runs import runner
+from triggerer.service.runs.lifeline import die_with_parent
 
 REQUEST_MAX_BYTES = 64 * 1024
 

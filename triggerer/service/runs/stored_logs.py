@@ -1,7 +1,7 @@
 """A run's log as the store holds it, for the API, the CLI and the UI; or why it has none.
 
 The daemon running a try ships its log into ``run_log_chunk`` as it runs
-(:mod:`triggerer.service.daemon.log_shipping`), so any daemon reads it, after the daemon that
+(:mod:`triggerer.service.runs.log_shipping`), so any daemon reads it, after the daemon that
 ran it and its ``[spark] logs_dir`` are gone. What the size cap cut shows as a gap between two
 chunks, and here as one line saying how much was cut. A run from before the store kept logs
 (revision 0015) has no chunk: its log is read from its file, where this daemon has it.
