@@ -9,4 +9,6 @@ pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.redis",
     "tests.fixtures.rabbitmq",
+    # Last: it imports the modules above, which pytest must load first (to rewrite asserts).
+    "tests.fixtures.services",
 ]

@@ -23,6 +23,7 @@ from watchers.mqtt import send, watcher_client_id
 
 if TYPE_CHECKING:
     from deploy.local.services import Service
+    from tests.fixtures.services import ServiceAddresses
 
 ASSET = "stream"
 WATCHER = "stream_queue"
@@ -79,8 +80,8 @@ async def make_session(uri: str, port: int) -> None:
 
 
 @pytest.fixture
-def broker() -> Mosquitto:
-    return Mosquitto(1883)
+def broker(service_addresses: ServiceAddresses) -> Mosquitto:
+    return Mosquitto(int(service_addresses.mqtt.rpartition(":")[2]))
 
 
 @pytest.fixture

@@ -22,13 +22,15 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from structlog.testing import capture_logs
 
+from tests.fixtures.mqtt import SHARED_MQTT
 from triggerer.triggers import TriggerEvent, load_trigger
 from watchers.mqtt import MqttTrigger, send, watcher_client_id
 
 if TYPE_CHECKING:
     from deploy.local.services import Service
 
-BROKER = "mqtt://127.0.0.1:1883"
+BROKER = f"mqtt://{SHARED_MQTT}"
+BROKER_PORT = int(SHARED_MQTT.rpartition(":")[2])
 REPOSITORY = Path(__file__).resolve().parents[3]
 
 
@@ -94,7 +96,7 @@ def trigger_of(topic: str, **options: Any) -> MqttTrigger:
     return MqttTrigger(uri=f"{BROKER}/{topic}", client_id=f"test-{uuid.uuid4().hex}", **options)
 
 
-async def forget_session(trigger: MqttTrigger, port: int = 1883) -> None:
+async def forget_session(trigger: MqttTrigger, port: int = BROKER_PORT) -> None:
     """End the trigger's session on the broker (a clean start with no expiry)."""
     async with aiomqtt.Client(
         "127.0.0.1",
@@ -113,7 +115,9 @@ async def test_payload_dedup_key_and_counters(mqtt_topic: str) -> None:
             f"{BROKER}/{mqtt_topic}", [json.dumps({"order": 7}), "plain text"]
         )
         # A publisher that sets no message-id, and one with a content type.
-        async with aiomqtt.Client("127.0.0.1", protocol=aiomqtt.ProtocolVersion.V5) as client:
+        async with aiomqtt.Client(
+            "127.0.0.1", BROKER_PORT, protocol=aiomqtt.ProtocolVersion.V5
+        ) as client:
             properties = Properties(PacketTypes.PUBLISH)
             properties.ContentType = "text/plain"
             properties.UserProperty = [("kind", "a"), ("kind", "b")]
@@ -332,7 +336,7 @@ async def test_for_watcher_names_the_session_after_the_watcher(mqtt_topic: str) 
     assert other_topic.client_id != made.client_id
     assert made.reads_as == made.client_id
     assert (made.client_id or "").startswith("triggerer-orders-watcher-")
-    assert made.exclusive_sources() == (f"MQTT session {made.client_id!r} at 127.0.0.1:1883",)
+    assert made.exclusive_sources() == (f"MQTT session {made.client_id!r} at {SHARED_MQTT}",)
     own = MqttTrigger(uri=f"{BROKER}/{mqtt_topic}", client_id="mine")
     assert own.for_watcher(Asset(), "w") is own
     assert load_trigger(*made.serialize()).serialize() == made.serialize()

@@ -299,7 +299,9 @@ async def test_the_group_starts_at_the_watchers_first_start_by_default(
     with anyio.fail_after(10):  # the server's clock past the entry's millisecond
         while await server_ms(shared_redis) <= int(before.split("-")[0]):  # noqa: ASYNC110
             await anyio.sleep(0.001)
-    source = RedisStreamTrigger(host=SHARED_REDIS_HOST, stream=stream, block_ms=100)
+    source = RedisStreamTrigger(
+        host=SHARED_REDIS_HOST, port=SHARED_REDIS_PORT, stream=stream, block_ms=100
+    )
     taken: list[TriggerEvent] = []
 
     async def made() -> bool:
@@ -329,7 +331,9 @@ async def test_a_group_deleted_under_the_watcher_is_made_again_after_what_it_rea
     """Not at the watcher's first start (everything read since would be read again): after
     the last entry it read."""
     stream = await make_stream()
-    source = RedisStreamTrigger(host=SHARED_REDIS_HOST, stream=stream, block_ms=100)
+    source = RedisStreamTrigger(
+        host=SHARED_REDIS_HOST, port=SHARED_REDIS_PORT, stream=stream, block_ms=100
+    )
     async with running(source) as events:
         marker = await anext(events)
         assert marker.is_checkpoint_only
