@@ -16,12 +16,13 @@ import hashlib
 import itertools
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
+from tests.fixtures.triggers import running
 from triggerer import checkpoints, connections
 from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import KinesisTrigger, MessageQueueTrigger
@@ -49,16 +50,6 @@ def only_kind(payload: dict[str, Any]) -> dict[str, Any] | None:
     if body.get("drop"):
         return None
     return {"kind": body["kind"], "order": body["order"]}
-
-
-@contextlib.asynccontextmanager
-async def running(trigger: KinesisTrigger) -> AsyncIterator[AsyncIterator[TriggerEvent]]:
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    try:
-        yield events
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
 
 
 async def take(

@@ -18,6 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from structlog.testing import capture_logs
 
 from tests.fixtures.nats import SHARED_NATS, create_stream
+from tests.fixtures.triggers import running, take
 from triggerer.triggers import SourceMissing, TriggerEvent
 from watchers import nats_client
 from watchers.nats import PROVIDER, NatsTrigger
@@ -43,27 +44,6 @@ async def client(servers: str = SHARED_NATS) -> AsyncIterator[Client]:
         yield connection
     finally:
         await connection.close()
-
-
-@contextlib.asynccontextmanager
-async def running(trigger: NatsTrigger) -> AsyncIterator[AsyncIterator[TriggerEvent]]:
-    # run() is an async generator; aclose() ends it before cleanup()
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    try:
-        yield events
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
-
-
-async def take(
-    events: AsyncIterator[TriggerEvent], count: int, timeout_s: float = 20
-) -> list[TriggerEvent]:
-    taken: list[TriggerEvent] = []
-    with anyio.fail_after(timeout_s):
-        while len(taken) < count:
-            taken.append(await anext(events))
-    return taken
 
 
 async def until(condition: Callable[[], Any], timeout_s: float = 20) -> None:

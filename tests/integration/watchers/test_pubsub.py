@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -14,6 +13,7 @@ from google.api_core import exceptions
 from structlog.testing import capture_logs
 
 from tests.fixtures.pubsub import PROJECT, Admin
+from tests.fixtures.triggers import running, take, until
 from triggerer.triggers import TriggerEvent, load_trigger
 from watchers import MessageQueueTrigger, PubSubTrigger, pubsub_puller
 from watchers.pubsub import send
@@ -39,39 +39,10 @@ def body_only(payload: dict[str, Any]) -> dict[str, Any] | None:
     return {"id": payload["message_id"], "body": body}
 
 
-@contextlib.asynccontextmanager
-async def running(trigger: PubSubTrigger) -> AsyncIterator[AsyncIterator[TriggerEvent]]:
-    # run() is an async generator; aclose() ends it before cleanup()
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    try:
-        yield events
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
-
-
-async def take(
-    events: AsyncIterator[TriggerEvent], count: int, timeout_s: float = 20
-) -> list[TriggerEvent]:
-    taken: list[TriggerEvent] = []
-    with anyio.fail_after(timeout_s):
-        while len(taken) < count:
-            taken.append(await anext(events))
-    return taken
-
-
 async def nothing_within(events: AsyncIterator[TriggerEvent], seconds: float) -> None:
     with anyio.move_on_after(seconds):
         event = await anext(events)
         pytest.fail(f"an event came: {event!r}")
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 20) -> None:
-    """Wait, with a deadline, for a condition that the watcher's own tasks make true."""
-    with anyio.fail_after(timeout_s):
-        # The condition is a counter the trigger keeps: it has no event to wait on.
-        while not condition():  # noqa: ASYNC110
-            await anyio.sleep(0.02)
 
 
 async def ack_all(events: list[TriggerEvent]) -> None:

@@ -3,11 +3,10 @@ redelivery of what was not, dead letters, trimmed entries, lag, and ``send``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -15,6 +14,7 @@ import redis.asyncio
 from structlog.testing import capture_logs
 
 from tests.fixtures.redis import SHARED_REDIS_HOST, SHARED_REDIS_PORT, create_stream
+from tests.fixtures.triggers import running, take
 from triggerer import connections
 from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import MessageQueueTrigger, RedisStreamTrigger
@@ -40,33 +40,6 @@ def trigger(stream: str, **options: Any) -> RedisStreamTrigger:
     made = MessageQueueTrigger(uri(stream), start_id="0", block_ms=100, **options)
     assert isinstance(made, RedisStreamTrigger)
     return made
-
-
-@contextlib.asynccontextmanager
-async def running(source: RedisStreamTrigger) -> AsyncIterator[AsyncIterator[TriggerEvent]]:
-    # run() is an async generator; aclose() ends it before cleanup()
-    events = cast(AsyncGenerator[TriggerEvent, None], source.run())
-    try:
-        yield events
-    finally:
-        await events.aclose()
-        await source.cleanup()
-
-
-async def take(
-    events: AsyncIterator[TriggerEvent], count: int, timeout_s: float = 20
-) -> list[TriggerEvent]:
-    taken: list[TriggerEvent] = []
-    with anyio.fail_after(timeout_s):
-        while len(taken) < count:
-            taken.append(await anext(events))
-    return taken
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
-    with anyio.fail_after(timeout_s):
-        while not condition():  # noqa: ASYNC110 - a counter the trigger keeps, no event to wait on
-            await anyio.sleep(0.01)
 
 
 async def pending(client: redis.asyncio.Redis, stream: str, group: str) -> int:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 from aiobotocore.session import get_session
 from structlog.testing import capture_logs
 
-from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
+from tests.fixtures.triggers import running, take, until
+from triggerer.triggers import SourceMissing, load_trigger
 from watchers import SqsTrigger, sqs_session
 from watchers.sqs import send as provider_send
 from watchers.sqs_client import QueueClient
@@ -47,35 +48,6 @@ def nan_on_request(payload: dict[str, Any]) -> dict[str, Any]:
 async def sqs(moto_server: str) -> AsyncIterator[Any]:
     async with get_session().create_client("sqs", endpoint_url=moto_server) as client:
         yield client
-
-
-@contextlib.asynccontextmanager
-async def running(trigger: SqsTrigger) -> AsyncIterator[AsyncIterator[TriggerEvent]]:
-    # run() is an async generator; aclose() ends it before cleanup()
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    try:
-        yield events
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
-
-
-async def take(
-    events: AsyncIterator[TriggerEvent], count: int, timeout_s: float = 10
-) -> list[TriggerEvent]:
-    taken: list[TriggerEvent] = []
-    with anyio.fail_after(timeout_s):
-        while len(taken) < count:
-            taken.append(await anext(events))
-    return taken
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
-    """Wait, with a deadline, for a condition that the watcher's own tasks make true."""
-    with anyio.fail_after(timeout_s):
-        # The condition is a counter the trigger keeps: it has no event to wait on.
-        while not condition():  # noqa: ASYNC110
-            await anyio.sleep(0.01)
 
 
 async def send(sqs: Any, queue_url: str, *bodies: str, **extra: Any) -> list[str]:
