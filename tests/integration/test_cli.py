@@ -23,7 +23,8 @@ import structlog
 from sqlalchemy import make_url, text
 
 from triggerer.service.api.schemas import CreatedEvent
-from triggerer.service.cli import _parser, main
+from triggerer.service.cli import main
+from triggerer.service.cli.main import build_parser
 from triggerer.service.config import current_settings
 from triggerer.service.dead_letters import Unstorable, record_dead_letters
 from triggerer.service.events import NewEvent
@@ -529,7 +530,7 @@ def test_every_help_text_is_plain_text_without_docstring_markup() -> None:
         check=True,
     ).stdout
     assert "Run the triggerer daemon, inspect it and drive it." in shown
-    for words, help_text in [("", shown), *_help_texts(_parser())]:
+    for words, help_text in [("", shown), *_help_texts(build_parser())]:
         for markup in ("``", ":class:", ":func:", ":mod:"):
             assert markup not in help_text, (
                 f"triggerer {words} --help shows {markup!r}:\n{help_text}"
