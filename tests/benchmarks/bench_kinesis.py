@@ -1,7 +1,7 @@
 """KinesisTrigger throughput against a raw GetRecords loop of the same client, on one moto server;
 and the time from a record put to its event.
 
-    python tests/benchmarks/bench_kinesis.py --out bench-kinesis.json [--messages 5000]
+    python -m tests.benchmarks.bench_kinesis [--quick] [--messages 5000]
 
 Kinesis has no ack: the raw loop is GetShardIterator then GetRecords until every record is
 read; the trigger does the same plus the payload, the dedup key and the checkpoint of each
@@ -19,21 +19,21 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+if __package__ in (None, ""):  # run as a script: put the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from aiobotocore.session import get_session  # noqa: E402
+from aiobotocore.session import get_session
 
-from deploy.local.services import DUMMY_AWS_ENV, moto  # noqa: E402
-from tests.fixtures.kinesis import create_stream  # noqa: E402
-from triggerer.triggers import TriggerEvent  # noqa: E402
-from watchers.kinesis import KinesisTrigger, send  # noqa: E402
+from deploy.local.services import DUMMY_AWS_ENV, moto
+from tests.benchmarks.harness import Bench, main
+from tests.fixtures.kinesis import create_stream
+from triggerer.triggers import TriggerEvent
+from watchers.kinesis import KinesisTrigger, send
 
 LIMIT = 1000
 LATENCY_SAMPLES = 30
@@ -154,24 +154,24 @@ async def bench(endpoint: str, messages: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
-    parser.add_argument("--messages", type=int, default=5000)
-    args = parser.parse_args()
+async def part_kinesis(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The rounds and the latency on a moto server of its own, logging into ``folder``."""
     os.environ.update(DUMMY_AWS_ENV)
-    with tempfile.TemporaryDirectory() as log_dir:
-        server = moto(Path(log_dir))
-        server.start()
-        try:
-            result = asyncio.run(bench(f"http://{server.address}", args.messages))
-        finally:
-            server.stop()
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    for key, value in result.items():
-        if key != "runs":
-            sys.stdout.write(f"{key:<24} {value}\n")
+    server = moto(folder)
+    server.start()
+    try:
+        return await bench(f"http://{server.address}", args.messages)
+    finally:
+        server.stop()
 
+
+BENCH = Bench(
+    module="tests.benchmarks.bench_kinesis",
+    description="KinesisTrigger against a raw GetRecords loop, and produce -> event",
+    parts={"kinesis": part_kinesis},
+    full={"messages": 5_000},
+    quick={"messages": 500},
+)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH)

@@ -1,6 +1,6 @@
 """MqttTrigger throughput against a raw aiomqtt loop (receive + PUBACK), on one Mosquitto.
 
-    python tests/benchmarks/bench_mqtt.py --out bench-mqtt.json [--messages 10000]
+    python -m tests.benchmarks.bench_mqtt [--quick] [--messages 10000]
 
 Starts a Mosquitto of its own (no queue limit). Each round makes two persistent sessions,
 publishes the messages once (the broker queues a copy for each), then reads them: the raw
@@ -17,24 +17,24 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+if __package__ in (None, ""):  # run as a script: put the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import aiomqtt  # noqa: E402
-from paho.mqtt.packettypes import PacketTypes  # noqa: E402
-from paho.mqtt.properties import Properties  # noqa: E402
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
-from tests.fixtures.mqtt import mosquitto  # noqa: E402
-from triggerer.triggers import TriggerEvent  # noqa: E402
-from watchers.mqtt import MqttTrigger, send  # noqa: E402
-from watchers.payloads import decode_body  # noqa: E402
+from tests.benchmarks.harness import Bench, main
+from tests.fixtures.mqtt import mosquitto
+from triggerer.triggers import TriggerEvent
+from watchers.mqtt import MqttTrigger, send
+from watchers.payloads import decode_body
 
 ROUNDS = 3
 IN_FLIGHT = 1_000
@@ -164,29 +164,25 @@ async def latency(port: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
-    parser.add_argument("--messages", type=int, default=10_000)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as directory:
-        broker = mosquitto(Path(directory) / "mosquitto", Path(directory))
-        broker.start()
-        try:
-            results = asyncio.run(throughput(broker.port, args.messages))
-            produced = asyncio.run(latency(broker.port))
-        finally:
-            broker.stop()
-    args.out.write_text(json.dumps({"throughput": results, "latency": produced}, indent=2) + "\n")
-    sys.stdout.write(f"{'run':<14} {'seconds':>8} {'msg/s':>9} {'ratio':>6}\n")
-    for r in results:
-        sys.stdout.write(
-            f"{r['name']:<14} {r['seconds']:>8} {r['messages_per_s']:>9} {r['ratio_to_raw']:>6}\n"
-        )
-    sys.stdout.write(
-        f"{produced['name']}: p50 {produced['p50_ms']} ms, p95 {produced['p95_ms']} ms\n"
-    )
+async def part_mqtt(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The rounds and the latency on a Mosquitto of its own, persisting into ``folder``."""
+    broker = mosquitto(folder / "mosquitto", folder)
+    broker.start()
+    try:
+        rounds = await throughput(broker.port, args.messages)
+        produced = await latency(broker.port)
+    finally:
+        broker.stop()
+    return {"throughput": {run.pop("name"): run for run in rounds}, "latency": produced}
 
+
+BENCH = Bench(
+    module="tests.benchmarks.bench_mqtt",
+    description="MqttTrigger against a raw aiomqtt loop, and publish -> event",
+    parts={"mqtt": part_mqtt},
+    full={"messages": 10_000},
+    quick={"messages": 1_000},
+)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH)

@@ -1,6 +1,6 @@
 """NatsTrigger throughput against a raw nats-py loop (pull fetch + ack), on one JetStream server.
 
-    python tests/benchmarks/bench_nats.py --out bench-nats.json [--messages 20000]
+    python -m tests.benchmarks.bench_nats [--quick] [--messages 20000]
 
 Starts a nats-server of its own (file store). Each round reads one filled stream through two new
 durable pull consumers: the raw loop fetches ``BATCH`` messages at a time and acks each, without
@@ -18,23 +18,23 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+if __package__ in (None, ""):  # run as a script: put the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import nats  # noqa: E402
-from nats.aio.client import Client  # noqa: E402
-from nats.js.api import AckPolicy, ConsumerConfig  # noqa: E402
+import nats
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig
 
-from tests.fixtures.nats import create_stream, nats_server  # noqa: E402
-from triggerer.triggers import TriggerEvent  # noqa: E402
-from watchers.nats import NatsTrigger  # noqa: E402
+from tests.benchmarks.harness import Bench, main
+from tests.fixtures.nats import create_stream, nats_server
+from triggerer.triggers import TriggerEvent
+from watchers.nats import NatsTrigger
 
 ROUNDS = 3
 BATCH = 256
@@ -156,27 +156,23 @@ async def bench(servers: str, messages: int) -> dict[str, Any]:
         await client.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
-    parser.add_argument("--messages", type=int, default=20_000)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        server = nats_server(Path(folder) / "store", Path(folder))
-        server.start()
-        try:
-            result = asyncio.run(bench(server.address, args.messages))
-        finally:
-            server.stop()
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    latency_ms = result["produce_to_event"]
-    sys.stdout.write(
-        f"{'loop':<10} {'events/s':>10}\n"
-        f"{'raw':<10} {result['raw_events_per_s']:>10}\n"
-        f"{'trigger':<10} {result['trigger_events_per_s']:>10}   ratio {result['ratio']}\n"
-        f"produce -> event: p50 {latency_ms['p50_ms']} ms, p99 {latency_ms['p99_ms']} ms\n"
-    )
+async def part_nats(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The rounds and the latency on a nats-server of its own, its store in ``folder``."""
+    server = nats_server(folder / "store", folder)
+    server.start()
+    try:
+        return await bench(server.address, args.messages)
+    finally:
+        server.stop()
 
+
+BENCH = Bench(
+    module="tests.benchmarks.bench_nats",
+    description="NatsTrigger against a raw nats-py pull loop, and produce -> event",
+    parts={"nats": part_nats},
+    full={"messages": 20_000},
+    quick={"messages": 1_000},
+)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH)

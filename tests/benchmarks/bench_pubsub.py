@@ -1,6 +1,6 @@
 """PubSubTrigger throughput against a raw GAPIC loop (Pull + Acknowledge), on the Pub/Sub emulator.
 
-    python tests/benchmarks/bench_pubsub.py --out bench-pubsub.json [--messages 20000]
+    python -m tests.benchmarks.bench_pubsub [--quick] [--messages 20000]
 
 Starts an emulator of its own. One topic is filled once and read through a new subscription
 per loop and round: the raw loop pulls ``BATCH`` messages at a time and acknowledges them with
@@ -14,25 +14,24 @@ daemon's commit).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+if __package__ in (None, ""):  # run as a script: put the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from google.api_core import exceptions  # noqa: E402
+from google.api_core import exceptions
 
-from tests.fixtures.pubsub import PROJECT, Admin, pubsub_emulator  # noqa: E402
-from triggerer.triggers import TriggerEvent  # noqa: E402
-from watchers.pubsub import PubSubTrigger  # noqa: E402
+from tests.benchmarks.harness import Bench, main
+from tests.fixtures.pubsub import PROJECT, Admin, pubsub_emulator
+from triggerer.triggers import TriggerEvent
+from watchers.pubsub import PubSubTrigger
 
 ROUNDS = 3
 BATCH = 500
@@ -158,27 +157,23 @@ async def bench(host: str, messages: int) -> dict[str, Any]:
         await admin.aclose()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
-    parser.add_argument("--messages", type=int, default=20_000)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        server = pubsub_emulator(Path(folder))
-        server.start(timeout_s=60)
-        try:
-            result = asyncio.run(bench(server.address, args.messages))
-        finally:
-            server.stop()
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    latency_ms = result["produce_to_event"]
-    sys.stdout.write(
-        f"{'loop':<10} {'events/s':>10}\n"
-        f"{'raw':<10} {result['raw_events_per_s']:>10}\n"
-        f"{'trigger':<10} {result['trigger_events_per_s']:>10}   ratio {result['ratio']}\n"
-        f"produce -> event: p50 {latency_ms['p50_ms']} ms, p99 {latency_ms['p99_ms']} ms\n"
-    )
+async def part_pubsub(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The rounds and the latency on a Pub/Sub emulator of its own, logging into ``folder``."""
+    server = pubsub_emulator(folder)
+    server.start(timeout_s=60)
+    try:
+        return await bench(server.address, args.messages)
+    finally:
+        server.stop()
 
+
+BENCH = Bench(
+    module="tests.benchmarks.bench_pubsub",
+    description="PubSubTrigger against a raw Pull + Acknowledge loop, and produce -> event",
+    parts={"pubsub": part_pubsub},
+    full={"messages": 20_000},
+    quick={"messages": 1_000},
+)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH)

@@ -1,6 +1,6 @@
 """RabbitMqTrigger throughput against a raw aio-pika loop (consume + ack), on one RabbitMQ.
 
-    python tests/benchmarks/bench_rabbitmq.py --out bench-rabbitmq.json [--messages 20000]
+    python -m tests.benchmarks.bench_rabbitmq [--quick] [--messages 20000]
 
 Uses the machine's RabbitMQ (127.0.0.1:5672, guest/guest). Each round fills two durable classic
 queues of its own with the same persistent messages; the raw loop consumes one with aio-pika
@@ -24,14 +24,15 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+if __package__ in (None, ""):  # run as a script: put the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import aio_pika  # noqa: E402
+import aio_pika
 
-from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, delete_queue  # noqa: E402
-from triggerer.triggers import TriggerEvent  # noqa: E402
-from watchers.rabbitmq import RabbitMqTrigger  # noqa: E402
+from tests.benchmarks.harness import Bench, main
+from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, delete_queue
+from triggerer.triggers import TriggerEvent
+from watchers.rabbitmq import RabbitMqTrigger
 
 ROUNDS = 3
 PREFETCH = 100
@@ -147,22 +148,18 @@ async def bench(messages: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
-    parser.add_argument("--messages", type=int, default=20_000)
-    args = parser.parse_args()
-    result = asyncio.run(bench(args.messages))
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    latency_ms = result["produce_to_event"]
-    sys.stdout.write(
-        f"{'run':<10} {'msg/s':>10}\n"
-        f"{'raw':<10} {result['raw_messages_per_s']:>10}\n"
-        f"{'trigger':<10} {result['trigger_messages_per_s']:>10}\n"
-        f"ratio to raw: {result['ratio_to_raw']}\n"
-        f"produce -> event: p50 {latency_ms['p50_ms']} ms, p99 {latency_ms['p99_ms']} ms\n"
-    )
+async def part_rabbitmq(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The rounds and the latency on the machine's RabbitMQ."""
+    return await bench(args.messages)
 
+
+BENCH = Bench(
+    module="tests.benchmarks.bench_rabbitmq",
+    description="RabbitMqTrigger against a raw aio-pika consume + ack, and produce -> event",
+    parts={"rabbitmq": part_rabbitmq},
+    full={"messages": 20_000},
+    quick={"messages": 1_000},
+)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH)

@@ -1,6 +1,6 @@
 """RedisStreamTrigger throughput against a raw redis-py loop (XREADGROUP + XACK), on one Redis.
 
-    python tests/benchmarks/bench_redis_streams.py --out bench-redis-streams.json [--messages 20000]
+    python -m tests.benchmarks.bench_redis_streams [--quick] [--messages 20000]
 
 Starts a Redis of its own. Each round reads one filled stream in two new consumer groups: the
 raw loop reads ``BATCH`` entries at a time and acknowledges them with one XACK, without making
@@ -13,25 +13,24 @@ yielded (produce -> event, without the daemon's commit).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+if __package__ in (None, ""):  # run as a script: put the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import redis.asyncio  # noqa: E402
+import redis.asyncio
 
-from tests.fixtures.redis import redis_server  # noqa: E402
-from triggerer.triggers import TriggerEvent  # noqa: E402
-from watchers.redis_streams import RedisStreamTrigger  # noqa: E402
+from tests.benchmarks.harness import Bench, main
+from tests.fixtures.redis import redis_server
+from triggerer.triggers import TriggerEvent
+from watchers.redis_streams import RedisStreamTrigger
 
 ROUNDS = 3
 BATCH = 100
@@ -147,27 +146,23 @@ async def bench(port: int, messages: int) -> dict[str, Any]:
         await client.aclose()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
-    parser.add_argument("--messages", type=int, default=20_000)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        server = redis_server(Path(folder) / "data", Path(folder))
-        server.start()
-        try:
-            result = asyncio.run(bench(server.port, args.messages))
-        finally:
-            server.stop()
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    latency_ms = result["produce_to_event"]
-    sys.stdout.write(
-        f"{'loop':<10} {'events/s':>10}\n"
-        f"{'raw':<10} {result['raw_events_per_s']:>10}\n"
-        f"{'trigger':<10} {result['trigger_events_per_s']:>10}   ratio {result['ratio']}\n"
-        f"produce -> event: p50 {latency_ms['p50_ms']} ms, p99 {latency_ms['p99_ms']} ms\n"
-    )
+async def part_redis_streams(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The rounds and the latency on a Redis of its own, its files in ``folder``."""
+    server = redis_server(folder / "data", folder)
+    server.start()
+    try:
+        return await bench(server.port, args.messages)
+    finally:
+        server.stop()
 
+
+BENCH = Bench(
+    module="tests.benchmarks.bench_redis_streams",
+    description="RedisStreamTrigger against a raw XREADGROUP loop, and produce -> event",
+    parts={"redis_streams": part_redis_streams},
+    full={"messages": 20_000},
+    quick={"messages": 1_000},
+)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH)

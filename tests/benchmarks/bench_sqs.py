@@ -1,6 +1,6 @@
 """SqsTrigger throughput against a raw receive + delete-batch loop, on the same moto server.
 
-    python tests/benchmarks/bench_sqs.py --out bench-sqs.json [--messages 2000]
+    python -m tests.benchmarks.bench_sqs [--quick] [--messages 2000]
 
 moto answers in ~20-80 ms a call, so the absolute numbers say little: the ratio to the raw loop
 is the figure to watch (goal: at least 0.8).
@@ -9,24 +9,23 @@ is the figure to watch (goal: at least 0.8).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPOSITORY))  # deploy/ is not an installed package
+if __package__ in (None, ""):  # run as a script: put the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from aiobotocore.session import get_session  # noqa: E402
+from aiobotocore.session import get_session
 
-from deploy.local.services import DUMMY_AWS_ENV, moto  # noqa: E402
-from triggerer.triggers import TriggerEvent  # noqa: E402
-from watchers.sqs import SqsTrigger, send  # noqa: E402
+from deploy.local.services import DUMMY_AWS_ENV, moto
+from tests.benchmarks.harness import Bench, main
+from triggerer.triggers import TriggerEvent
+from watchers.sqs import SqsTrigger, send
 
 
 async def fill(client: Any, name: str, messages: int) -> str:
@@ -108,27 +107,25 @@ async def bench(endpoint: str, messages: int) -> list[dict[str, Any]]:
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
-    parser.add_argument("--messages", type=int, default=2000)
-    args = parser.parse_args()
+async def part_sqs(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The runs on a moto server of its own, logging into ``folder``, by name."""
     os.environ.update(DUMMY_AWS_ENV)
-    with tempfile.TemporaryDirectory() as log_dir:
-        server = moto(Path(log_dir))
-        server.start()
-        try:
-            results = asyncio.run(bench(f"http://{server.address}", args.messages))
-        finally:
-            server.stop()
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    sys.stdout.write(f"{'run':<20} {'seconds':>8} {'msg/s':>8} {'ratio':>6} {'left':>5}\n")
-    for r in results:
-        sys.stdout.write(
-            f"{r['name']:<20} {r['seconds']:>8} {r['messages_per_s']:>8} "
-            f"{r['ratio_to_raw']:>6} {r['left_in_queue']:>5}\n"
-        )
+    server = moto(folder)
+    server.start()
+    try:
+        runs = await bench(f"http://{server.address}", args.messages)
+    finally:
+        server.stop()
+    return {run.pop("name"): run for run in runs}
 
+
+BENCH = Bench(
+    module="tests.benchmarks.bench_sqs",
+    description="SqsTrigger against a raw receive + delete-batch loop",
+    parts={"sqs": part_sqs},
+    full={"messages": 2_000},
+    quick={"messages": 200},
+)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH)

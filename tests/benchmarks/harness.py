@@ -1,5 +1,8 @@
 """The shared harness of the daemon benchmarks (``bench_latency``, ``bench_spark``,
-``bench_ingest``, ``bench_idle``, ``bench_idle_demo``, ``bench_fanout``, ``bench_listeners``).
+``bench_ingest``, ``bench_idle``, ``bench_idle_demo``, ``bench_fanout``, ``bench_listeners``)
+and the providers' (``bench_sqs``, ``bench_nats``, ``bench_rabbitmq``, ``bench_kinesis``,
+``bench_pubsub``, ``bench_mqtt``, ``bench_redis_streams``: one part each, on a server of its
+own or the machine's RabbitMQ).
 
 A benchmark script is a :class:`Bench`: its parts, sizes and options. :func:`main` starts a
 tansu broker, lets the script prepare what its parts share (a pre-produced topic), then runs each
