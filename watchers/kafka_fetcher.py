@@ -19,8 +19,6 @@ settings); the fetcher never sees the trigger itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import dataclasses
 import hashlib
 import json
@@ -42,6 +40,7 @@ from watchers.kafka_client import (
     last_answer,
     raise_unless_transient,
 )
+from watchers.shared_readers import Sharing
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -61,25 +60,11 @@ SHARED_OPTIONS = (
 #: Most messages taken from the consumer at a time while no reader has joined.
 _MAX_RECORDS = 5000
 _CLOSE_TIMEOUT_S = 10.0
-_FETCHERS: contextvars.ContextVar[Fetchers | None] = contextvars.ContextVar(
-    "kafka_fetchers", default=None
-)
-
-
-@contextlib.contextmanager
-def sharing(fetchers: Fetchers) -> Iterator[None]:
-    """Within this context (and the tasks started in it), KafkaTriggers made by the daemon for a
-    watcher (``shared_fetch``) read through ``fetchers``."""
-    token = _FETCHERS.set(fetchers)
-    try:
-        yield
-    finally:
-        _FETCHERS.reset(token)
-
-
-def current() -> Fetchers | None:
-    """The shared fetchers in effect, ``None`` outside :func:`sharing`."""
-    return _FETCHERS.get()
+_SHARING: Sharing[Fetchers] = Sharing("kafka_fetchers")
+#: Within ``sharing(fetchers)``, KafkaTriggers made by the daemon for a watcher
+#: (``shared_fetch``) read through ``fetchers``.
+sharing = _SHARING.sharing
+current = _SHARING.current
 
 
 def group_prefix(deployment: str) -> str:

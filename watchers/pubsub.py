@@ -13,10 +13,9 @@ import json
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from triggerer.providers import Provider, SharedReaders
+from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent
 from watchers import pubsub_puller
 from watchers.clients import require
@@ -29,10 +28,10 @@ from watchers.pubsub_puller import (
     message_payload,
     missing,
 )
+from watchers.shared_readers import ReaderCounters, shared_of_type
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from datetime import datetime
 
 URI_FORM = "pubsub://PROJECT/SUBSCRIPTION"
 #: A project id (optionally domain-scoped, ``example.com:project``).
@@ -76,7 +75,7 @@ def parse_pubsub_uri(uri: str) -> tuple[str, str]:
     return project, subscription
 
 
-class PubSubTrigger(BaseEventTrigger):
+class PubSubTrigger(ReaderCounters, BaseEventTrigger):
     """Yield one event per message of a Google Pub/Sub subscription.
 
     ``subscription`` is ``pubsub://PROJECT/SUBSCRIPTION``; the subscription must exist. The
@@ -100,6 +99,8 @@ class PubSubTrigger(BaseEventTrigger):
     acknowledged once all of them are done with it. The puller's options (``max_messages``,
     ``pullers``, ``ack_deadline_s``, ``max_deliveries``) are those of its first watcher.
     """
+
+    _stats: ReaderStats
 
     shareable = True
 
@@ -170,48 +171,10 @@ class PubSubTrigger(BaseEventTrigger):
             max_deliveries=kwargs["max_deliveries"],
         )
 
-    # Counters for the daemon's ``/watchers`` since the trigger was made.
-
-    @property
-    def received(self) -> int:
-        """Messages received (each delivery counts)."""
-        return self._stats.received
-
-    @property
-    def events(self) -> int:
-        """Events yielded (dead letters aside)."""
-        return self._stats.events
-
-    @property
-    def filtered(self) -> int:
-        """Messages dropped by ``filter`` or ``apply_function``."""
-        return self._stats.filtered
-
-    @property
-    def failed(self) -> int:
-        """Deliveries of a message whose processing raised."""
-        return self._stats.failed
-
-    @property
-    def dead_lettered(self) -> int:
-        """Messages yielded as dead letters (after ``max_deliveries``)."""
-        return self._stats.dead_lettered
-
-    @property
-    def lag(self) -> int | None:
-        """Messages received and not yet acknowledged; Pub/Sub's API has no count of the
-        messages not yet pulled (that is Cloud Monitoring's ``num_undelivered_messages``)."""
-        return self._stats.lag
-
     @property
     def reads_as(self) -> str | None:
         """The subscription it pulls from."""
         return self.subscription_path
-
-    @property
-    def last_poll_at(self) -> datetime | None:
-        """When Pub/Sub last answered a pull, an empty one included."""
-        return self._stats.last_poll_at
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
@@ -301,20 +264,10 @@ def _trigger_of_uri(uri: str, **options: Any) -> PubSubTrigger:
     return PubSubTrigger(uri, **options)
 
 
-class _SharedPullers(SharedReaders):
-    """The daemon's Pub/Sub pullers, one per subscription (:mod:`watchers.pubsub_puller`):
-    each watcher of a subscription sees every message, acknowledged once all are done."""
-
-    def __init__(self, deployment: str) -> None:  # a subscription is the deployment's choice
-        self._pullers = pubsub_puller.Pullers()
-
-    def sharing(self) -> AbstractContextManager[None]:
-        return pubsub_puller.sharing(self._pullers)
-
-    def keep(self, triggers: Iterable[BaseEventTrigger]) -> None:
-        self._pullers.keep(trigger for trigger in triggers if isinstance(trigger, PubSubTrigger))
-
-
 PROVIDER = Provider(
-    name="pubsub", schemes=("pubsub",), trigger=_trigger_of_uri, shared=_SharedPullers, send=send
+    name="pubsub",
+    schemes=("pubsub",),
+    trigger=_trigger_of_uri,
+    shared=shared_of_type(pubsub_puller.Pullers, pubsub_puller.sharing, PubSubTrigger),
+    send=send,
 )

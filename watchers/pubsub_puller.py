@@ -17,23 +17,30 @@ of the daemon starts the count again: a failing message is yielded as a dead let
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from triggerer.backoff import Backoff
 from triggerer.triggers import SourceMissing, TriggerEvent
+from watchers import shared_readers
 from watchers.clients import require
 from watchers.payloads import decode_body
 from watchers.pubsub_acks import HeldMessages
 from watchers.pubsub_client import connect
+from watchers.shared_readers import (
+    BufferedReader,
+    ExpectedReaders,
+    ReadingTasks,
+    Sharing,
+    all_joined,
+    cancel_and_wait,
+)
 
 if TYPE_CHECKING:
     from watchers.processing import Prepared
@@ -47,35 +54,19 @@ PULL_TIMEOUT_S = 30.0
 BACKOFF_MAX_S = 10.0
 CALL_TIMEOUT_S = 30.0
 CLEANUP_TIMEOUT_S = 10.0
-#: How long the pulls of a new puller wait for the other watchers of its subscription.
-JOIN_WAIT_S = 5.0
 #: gRPC status codes worth a retry: the service is away for a moment, or busy.
 TRANSIENT_CODES = frozenset(
     {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "ABORTED", "RESOURCE_EXHAUSTED"}
 )
-_PULLERS: contextvars.ContextVar[Pullers | None] = contextvars.ContextVar(
-    "pubsub_pullers", default=None
-)
+_SHARING: Sharing[Pullers] = Sharing("pubsub_pullers")
+#: Within ``sharing(pullers)``, PubSubTriggers of one subscription share one puller of
+#: ``pullers``.
+sharing = _SHARING.sharing
+current = _SHARING.current
 
 
 class MissingSubscription(SourceMissing):
     """The subscription does not exist (the watcher creates none)."""
-
-
-@contextlib.contextmanager
-def sharing(pullers: Pullers) -> Iterator[None]:
-    """Within this context (and the tasks started in it), PubSubTriggers of one subscription
-    share one puller of ``pullers``."""
-    token = _PULLERS.set(pullers)
-    try:
-        yield
-    finally:
-        _PULLERS.reset(token)
-
-
-def current() -> Pullers | None:
-    """The shared pullers in effect, ``None`` outside :func:`sharing`."""
-    return _PULLERS.get()
 
 
 def message_payload(received: Any) -> dict[str, Any]:
@@ -141,38 +132,20 @@ class ReaderSpec:
 
 
 @dataclasses.dataclass(eq=False)
-class ReaderStats:
-    """What a puller did for one reader, written by the puller and read by its trigger."""
-
-    received: int = 0
-    events: int = 0
-    filtered: int = 0
-    failed: int = 0
-    dead_lettered: int = 0
-    #: Messages received and not yet acknowledged (Pub/Sub's API has no backlog count).
-    lag: int | None = None
-    last_poll_at: datetime | None = None
+class ReaderStats(shared_readers.ReaderStats):
+    """What a puller did for one reader, written by the puller and read by its trigger. ``lag``
+    is the messages received and not yet acknowledged: Pub/Sub's API has no count of those not
+    yet pulled (that is Cloud Monitoring's ``num_undelivered_messages``)."""
 
 
-class HasReaderSpec(Protocol):
-    def reader_spec(self) -> ReaderSpec: ...
-
-
-class Pullers:
+class Pullers(ExpectedReaders):
     """The daemon's pullers, one per subscription (and connection), and the watchers it
-    expects to read each: a message is acknowledged only once each of them is done with it."""
+    expects to read each (:meth:`keep`): a message is acknowledged only once each of them is
+    done with it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._pullers: dict[str, Puller] = {}
-        self._expected: dict[str, set[str]] = {}
-
-    def keep(self, readers: Iterable[HasReaderSpec]) -> None:
-        """The readers (PubSubTriggers) the daemon runs now."""
-        expected: dict[str, set[str]] = {}
-        for reader in readers:
-            spec = reader.reader_spec()
-            expected.setdefault(spec.source_key, set()).add(spec.key)
-        self._expected = expected
 
     async def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
         """Read the subscription of ``spec`` through its puller (opened by its first reader)."""
@@ -180,41 +153,17 @@ class Pullers:
         puller = self._pullers.get(key)
         if puller is not None and not puller.done:
             return puller.join(spec, stats)
-        puller = self._pullers[key] = Puller(spec, expected=lambda: self._expected.get(key, set()))
+        puller = self._pullers[key] = Puller(spec, expected=self.of(key))
         reader = puller.join(spec, stats)
         await puller.open()
         return reader
 
 
-@dataclasses.dataclass(frozen=True)
-class _Failure:
-    error: BaseException
-
-
-@dataclasses.dataclass(eq=False)
-class Reader:
+@dataclasses.dataclass(eq=False, kw_only=True)
+class Reader(BufferedReader[ReaderSpec, ReaderStats, "Held"]):
     """One reader's end of a puller: its events, oldest first, and those not acked yet."""
 
     puller: Puller
-    spec: ReaderSpec
-    stats: ReaderStats
-    buffer: int
-    events: asyncio.Queue[TriggerEvent | _Failure] = dataclasses.field(
-        default_factory=asyncio.Queue
-    )
-    slots: asyncio.Semaphore = dataclasses.field(init=False)
-    unacked: dict[object, Held] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.slots = asyncio.Semaphore(self.buffer)
-
-    async def next_event(self) -> TriggerEvent:
-        """The reader's next event; raises what stopped the puller."""
-        item = await self.events.get()
-        if isinstance(item, _Failure):
-            raise item.error
-        self.slots.release()
-        return item
 
     async def leave(self) -> None:
         """The reader stopped: its unacked messages are nacked; the last reader closes."""
@@ -234,7 +183,7 @@ def missing(subscription: str) -> MissingSubscription:
     )
 
 
-class Puller:
+class Puller(ReadingTasks):
     """The pull loops of one subscription, handing each message to its readers, and the acks,
     nacks and deadline extensions they share."""
 
@@ -258,7 +207,9 @@ class Puller:
         old = self._readers.get(spec.key)
         if old is not None:  # an instance the daemon gave up on: the new one takes its place
             self._drop(old)
-        reader = self._readers[spec.key] = Reader(self, spec, stats, self._spec.max_messages)
+        reader = self._readers[spec.key] = Reader(
+            puller=self, spec=spec, stats=stats, buffer=self._spec.max_messages
+        )
         self._joined.set()
         return reader
 
@@ -273,7 +224,7 @@ class Puller:
             if self._clients is not None:
                 await self._clients.aclose()
             for reader in self._readers.values():
-                reader.events.put_nowait(_Failure(error))
+                reader.fail(error)
             raise
         held = self._held
         held.subscription_deadline_s = subscription.ack_deadline_seconds or 10
@@ -307,8 +258,7 @@ class Puller:
         """Stop handing ``reader`` messages; those of its events not yet acked are nacked."""
         del self._readers[reader.spec.key]
         unacked, reader.unacked = reader.unacked, {}
-        for _ in range(reader.buffer):
-            reader.slots.release()  # a pull loop waiting for room goes on without it
+        reader.free_slots()
         for held in unacked.values():
             held.owners -= 1
             held.failed = True
@@ -320,10 +270,10 @@ class Puller:
             return
         self.done = self._closed = True
         *pulls, settle_loop, extend_loop = self._tasks
-        await _cancel_and_wait(pulls)
+        await cancel_and_wait(pulls)
         try:
             async with asyncio.timeout(CLEANUP_TIMEOUT_S):
-                await _cancel_and_wait([settle_loop, extend_loop])
+                await cancel_and_wait([settle_loop, extend_loop])
                 self._held.nack_all()
                 await self._held.send_settled()
         except TimeoutError:
@@ -336,7 +286,7 @@ class Puller:
     # -- pulling and handing out
 
     async def _pull_loop(self) -> None:
-        await self._all_joined()
+        await all_joined(self._joined, lambda: self._expected() - set(self._readers))
         while True:
             response = await self._call_retrying(
                 "pull",
@@ -362,15 +312,6 @@ class Puller:
             for entry in held:
                 entry.dispatching = False
                 self._settle(entry)
-
-    async def _all_joined(self) -> None:
-        """Wait (a little) for the watchers expected on the subscription, so none misses the
-        first messages."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(JOIN_WAIT_S):
-                while self._expected() - set(self._readers):
-                    self._joined.clear()
-                    await self._joined.wait()
 
     async def _hand(self, reader: Reader, received: Any, held: list[Held]) -> None:
         reader.stats.received += len(held)
@@ -486,23 +427,6 @@ class Puller:
                 )
                 await backoff.wait()
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.create_task(coroutine, name=name)
-        task.add_done_callback(self._on_task_done)
-        return task
-
-    def _on_task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is not None:
-            self.done = True  # its readers fail; the next to join opens a new puller
-            for reader in self._readers.values():
-                reader.events.put_nowait(_Failure(error))
-
-
-async def _cancel_and_wait(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel ``tasks`` and wait for them; their own errors were already reported."""
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    def _fail_readers(self, error: BaseException) -> None:
+        self.done = True  # its readers fail; the next to join opens a new puller
+        super()._fail_readers(error)

@@ -15,12 +15,11 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from contextlib import AbstractContextManager
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from triggerer.providers import Provider, SharedReaders
+from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import rabbitmq_consumer
 from watchers.clients import require
@@ -30,6 +29,7 @@ from watchers.processing import Processing, check_range
 from watchers.rabbitmq_address import checkpoint_key, parse_rabbitmq_uri
 from watchers.rabbitmq_client import connect, declared
 from watchers.rabbitmq_readers import Reader, ReaderSpec, ReaderStats
+from watchers.shared_readers import ReaderCounters, shared_of_type
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
@@ -90,7 +90,7 @@ def _header_value(value: Any) -> Any:
     return str(value)
 
 
-class RabbitMqTrigger(BaseEventTrigger):
+class RabbitMqTrigger(ReaderCounters, BaseEventTrigger):
     """Yield one event per message of a RabbitMQ queue, acked after the event is stored.
 
     ``queue`` is ``amqp://HOST[:5672]/VHOST/QUEUE`` (``%2F`` for the default vhost ``/``;
@@ -124,6 +124,8 @@ class RabbitMqTrigger(BaseEventTrigger):
     ``max_deliveries``, ``broker_dead_letters``, ``stream_offset``) are those of the queue's
     first watcher.
     """
+
+    _stats: ReaderStats
 
     shareable = True
 
@@ -223,32 +225,7 @@ class RabbitMqTrigger(BaseEventTrigger):
             stream_offset=kwargs["stream_offset"],
         )
 
-    # Counters for the daemon's ``/watchers`` since the trigger was made.
-
-    @property
-    def received(self) -> int:
-        """Messages delivered."""
-        return self._stats.received
-
-    @property
-    def events(self) -> int:
-        """Events yielded (dead letters not counted)."""
-        return self._stats.events
-
-    @property
-    def filtered(self) -> int:
-        """Messages dropped by ``filter`` or ``apply_function``."""
-        return self._stats.filtered
-
-    @property
-    def failed(self) -> int:
-        """Deliveries of a message whose processing raised."""
-        return self._stats.failed
-
-    @property
-    def dead_lettered(self) -> int:
-        """Messages yielded as dead letters."""
-        return self._stats.dead_lettered
+    # Counters since the trigger was made: ReaderCounters' and these.
 
     @property
     def acked(self) -> int:
@@ -259,17 +236,6 @@ class RabbitMqTrigger(BaseEventTrigger):
     def reconnects(self) -> int:
         """Connections lost and made again."""
         return self._stats.reconnects
-
-    @property
-    def lag(self) -> int | None:
-        """The queue's ready messages: read at connect and every ``LAG_INTERVAL_S``, less the
-        messages delivered since."""
-        return self._stats.lag
-
-    @property
-    def last_poll_at(self) -> datetime | None:
-        """When the broker last answered: a delivery or a read of the backlog."""
-        return self._stats.last_poll_at
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
@@ -338,24 +304,10 @@ def _is_json(text: str) -> bool:
     return True
 
 
-class _SharedConsumers(SharedReaders):
-    """The daemon's RabbitMQ consumers, one per queue (:mod:`watchers.rabbitmq_consumer`): each
-    watcher of a queue sees every message, acked once all of them are done with it."""
-
-    def __init__(self, deployment: str) -> None:  # a queue's consumer serves every deployment
-        self._consumers = rabbitmq_consumer.Consumers()
-
-    def sharing(self) -> AbstractContextManager[None]:
-        return rabbitmq_consumer.sharing(self._consumers)
-
-    def keep(self, triggers: Iterable[BaseEventTrigger]) -> None:
-        self._consumers.keep(t for t in triggers if isinstance(t, RabbitMqTrigger))
-
-
 PROVIDER = Provider(
     name="rabbitmq",
     schemes=("amqp", "amqps"),
     trigger=lambda uri, **options: RabbitMqTrigger(queue=uri, **options),
-    shared=_SharedConsumers,
+    shared=shared_of_type(rabbitmq_consumer.Consumers, rabbitmq_consumer.sharing, RabbitMqTrigger),
     send=send,
 )

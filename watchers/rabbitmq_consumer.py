@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from watchers.clients import require
 from watchers.rabbitmq_address import StreamStart, checkpoint_prefix, stream_start
 from watchers.rabbitmq_client import connect, declared
 from watchers.rabbitmq_readers import HasReaderSpec, Reader, Readers, ReaderSpec, ReaderStats
+from watchers.shared_readers import Sharing, all_joined, warn_options_ignored
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
@@ -57,9 +57,11 @@ NEW_MESSAGES = (None, "next")
 #: The consumer options: those of the first reader of a queue, whatever later readers say.
 CONSUMER_OPTIONS = ("prefetch", "max_deliveries", "broker_dead_letters", "stream_offset")
 
-_CONSUMERS: contextvars.ContextVar[Consumers | None] = contextvars.ContextVar(
-    "rabbitmq_consumers", default=None
-)
+_SHARING: Sharing[Consumers] = Sharing("rabbitmq_consumers")
+#: Within ``sharing(consumers)``, RabbitMqTriggers of one queue share one consumer of
+#: ``consumers``.
+sharing = _SHARING.sharing
+current = _SHARING.current
 
 
 class _StreamShorter(Exception):
@@ -68,22 +70,6 @@ class _StreamShorter(Exception):
 
 class _NotAStream(Exception):
     """The queue refused a stream offset: it is not a stream queue."""
-
-
-@contextlib.contextmanager
-def sharing(consumers: Consumers) -> Iterator[None]:
-    """Within this context (and the tasks started in it), RabbitMqTriggers of one queue share
-    one consumer of ``consumers``."""
-    token = _CONSUMERS.set(consumers)
-    try:
-        yield
-    finally:
-        _CONSUMERS.reset(token)
-
-
-def current() -> Consumers | None:
-    """The shared consumers in effect, ``None`` outside :func:`sharing`."""
-    return _CONSUMERS.get()
 
 
 class Consumers:
@@ -149,13 +135,14 @@ class _Consumer:
     def join(self, spec: ReaderSpec, stats: ReaderStats, first_started_ms: int | None) -> Reader:
         if first_started_ms is not None:
             self._first_started_ms[spec.key] = first_started_ms
-        differing = [n for n in CONSUMER_OPTIONS if getattr(spec, n) != getattr(self._spec, n)]
-        if differing:
-            self._log.warning(
-                "rabbitmq_consumer_options_ignored",
-                options=differing,
-                why="watchers of one queue share its consumer, set up by the first of them",
-            )
+        warn_options_ignored(
+            self._log,
+            "rabbitmq_consumer_options_ignored",
+            CONSUMER_OPTIONS,
+            spec,
+            self._spec,
+            why="watchers of one queue share its consumer, set up by the first of them",
+        )
         reader = Reader(spec, stats, leave=self.leave)
         self._readers.add(reader)
         self._joined.set()
@@ -210,7 +197,11 @@ class _Consumer:
             aiormq.exceptions.AMQPConnectionError,
             aiormq.exceptions.ChannelInvalidStateError,
         )
-        await self._all_joined()
+        await all_joined(
+            self._joined,
+            lambda: self._expected().keys() - self._readers.keys(),
+            wait_s=JOIN_WAIT_S,
+        )
         backoff = Backoff(max_s=BACKOFF_MAX_S)
         while True:
             try:
@@ -337,15 +328,6 @@ class _Consumer:
         # consumed it, is read from their first start (RabbitMQ takes it in whole seconds).
         since = datetime.fromtimestamp(min(started) / 1000, UTC)
         return StreamStart(since, {}, resumed=False, since_first_start=True)
-
-    async def _all_joined(self) -> None:
-        """Wait (a little) for the watchers expected on the queue, so none misses the first
-        messages."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(JOIN_WAIT_S):
-                while self._expected().keys() - self._readers.keys():
-                    self._joined.clear()
-                    await self._joined.wait()
 
     def _set_lag(self, lag: int) -> None:
         now = datetime.now(UTC)

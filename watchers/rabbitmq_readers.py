@@ -30,7 +30,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from triggerer.triggers import TriggerEvent
+from watchers import shared_readers
 from watchers.rabbitmq_address import dedup_key, stream_offset_of
+from watchers.shared_readers import ReaderFailure
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
@@ -74,26 +76,17 @@ class HasReaderSpec(Protocol):
     def reader_spec(self) -> ReaderSpec: ...
 
 
-@dataclasses.dataclass
-class ReaderStats:
-    """What a consumer did for one reader: counters for the daemon's ``/watchers``."""
+@dataclasses.dataclass(eq=False)
+class ReaderStats(shared_readers.ReaderStats):
+    """What a consumer did for one reader: counters for the daemon's ``/watchers``. ``lag`` is
+    the queue's ready messages: read at connect and every ``LAG_INTERVAL_S``, less the messages
+    delivered since; ``last_poll_at`` when the broker last answered (a delivery or a read of the
+    backlog)."""
 
-    received: int = 0
-    events: int = 0
-    filtered: int = 0
-    failed: int = 0
-    dead_lettered: int = 0
     acked: int = 0
     reconnects: int = 0
-    lag: int | None = None
-    last_poll_at: datetime | None = None
     #: Whether the queue is a stream queue (known once one of its messages came).
     stream: bool = False
-
-
-@dataclasses.dataclass(eq=False)
-class _Failure:
-    error: BaseException
 
 
 class Reader:
@@ -109,20 +102,20 @@ class Reader:
         self.spec = spec
         self.stats = stats
         self.key = spec.key
-        self.events: asyncio.Queue[TriggerEvent | _Failure] = asyncio.Queue()
+        self.events: asyncio.Queue[TriggerEvent | ReaderFailure] = asyncio.Queue()
         #: The entries of its events not yet acked, by ack token.
         self.unacked: dict[object, _Entry] = {}
         self._leave = leave
 
     async def next_event(self) -> TriggerEvent:
         item = await self.events.get()
-        if isinstance(item, _Failure):
+        if isinstance(item, ReaderFailure):
             raise item.error
         return item
 
     def fail(self, error: BaseException) -> None:
         """The consumer stopped on ``error``: :meth:`next_event` raises it."""
-        self.events.put_nowait(_Failure(error))
+        self.events.put_nowait(ReaderFailure(error))
 
     async def leave(self) -> None:
         """Stop reading: messages of its events not yet acked go back to the queue; the last

@@ -11,19 +11,18 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import AbstractContextManager
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
-from triggerer.providers import Provider, SharedReaders
+from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent
 from watchers import sqs_session
 from watchers.payloads import decode_body
 from watchers.processing import Prepared, Processing, check_range
+from watchers.shared_readers import ReaderCounters, shared_of_type
 from watchers.sqs_address import is_sqs_queue_url, parse_queue
 from watchers.sqs_client import MAX_MESSAGES, client_options, is_missing_queue
 from watchers.sqs_session import Reader, ReaderSpec, ReaderStats
@@ -53,7 +52,7 @@ def message_payload(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class SqsTrigger(BaseEventTrigger):
+class SqsTrigger(ReaderCounters, BaseEventTrigger):
     """Yield one event per SQS message, or per receive with ``batch=True``.
 
     ``queue`` is a queue URL, a queue name or ``sqs://name?region=..&endpoint_url=..``. The
@@ -76,6 +75,8 @@ class SqsTrigger(BaseEventTrigger):
     first watcher; each watcher keeps its own ``filter``, ``transform``, ``batch`` and
     ``partition_key_path``.
     """
+
+    _stats: ReaderStats
 
     shareable = True
 
@@ -158,48 +159,12 @@ class SqsTrigger(BaseEventTrigger):
             max_receives=kwargs["max_receives"],
         )
 
-    # Counters for the daemon's ``/watchers`` since the trigger was made.
-
-    @property
-    def received(self) -> int:
-        """Messages received."""
-        return self._stats.received
-
-    @property
-    def events(self) -> int:
-        """Events yielded."""
-        return self._stats.events
-
-    @property
-    def filtered(self) -> int:
-        """Messages dropped by ``filter`` or ``transform``."""
-        return self._stats.filtered
-
-    @property
-    def failed(self) -> int:
-        """Receives of a message whose processing raised."""
-        return self._stats.failed
-
-    @property
-    def dead_lettered(self) -> int:
-        """Messages sent to the dead-letter queue."""
-        return self._stats.dead_lettered
+    # Counters since the trigger was made: ReaderCounters' and this one.
 
     @property
     def deleted(self) -> int:
         """Messages deleted from the queue (by this trigger's session)."""
         return self._stats.deleted
-
-    @property
-    def lag(self) -> int | None:
-        """The queue's ApproximateNumberOfMessages (visible, not yet received): read when the
-        watcher starts and every ``LAG_INTERVAL_S``, and 0 when a long poll comes back empty."""
-        return self._stats.lag
-
-    @property
-    def last_poll_at(self) -> datetime | None:
-        """When the queue last answered a receive, an empty long poll included."""
-        return self._stats.last_poll_at
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await self.cleanup()
@@ -250,7 +215,7 @@ def _filter_option(payload_filter: PayloadFilter) -> dict[str, Any]:
     return {"path": payload_filter.path, "equals": payload_filter.equals}
 
 
-# -- the SQS provider: sqs:// URIs and queue URLs, and the pollers its triggers share
+# -- the SQS provider: sqs:// URIs and queue URLs, the pollers its triggers share, send
 
 
 def _trigger_of_uri(uri: str, **options: Any) -> SqsTrigger:
@@ -348,24 +313,10 @@ async def _send_batch(client: Any, url: str, entries: list[dict[str, Any]]) -> l
     )
 
 
-class _SharedPollers(SharedReaders):
-    """The daemon's SQS pollers, one per queue (:mod:`watchers.sqs_session`): each watcher of a
-    queue sees every message, deleted once all of them are done with it."""
-
-    def __init__(self, deployment: str) -> None:  # a queue's poller serves every deployment
-        self._pollers = sqs_session.Pollers()
-
-    def sharing(self) -> AbstractContextManager[None]:
-        return sqs_session.sharing(self._pollers)
-
-    def keep(self, triggers: Iterable[BaseEventTrigger]) -> None:
-        self._pollers.keep(trigger for trigger in triggers if isinstance(trigger, SqsTrigger))
-
-
 PROVIDER = Provider(
     name="sqs",
     schemes=("sqs", "https", "http"),
     trigger=_trigger_of_uri,
-    shared=_SharedPollers,
+    shared=shared_of_type(sqs_session.Pollers, sqs_session.sharing, SqsTrigger),
     send=send,
 )

@@ -19,18 +19,25 @@ turns a message into its payload) and the session counts what it does for the re
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from triggerer.triggers import TriggerEvent
+from watchers import shared_readers
+from watchers.shared_readers import (
+    BufferedReader,
+    ExpectedReaders,
+    ReadingTasks,
+    Sharing,
+    cancel_and_wait,
+    warn_options_ignored,
+)
 from watchers.sqs_client import MAX_MESSAGES, QueueClient
 from watchers.sqs_dead_letters import DeadLetters
 from watchers.sqs_deletes import BatchedDeletes
@@ -56,27 +63,10 @@ POLLER_OPTIONS = (
     "dead_letter_queue",
     "max_receives",
 )
-#: How long the receives of a new session wait for the other watchers of its queue to join.
-JOIN_WAIT_S = 5.0
-_POLLERS: contextvars.ContextVar[Pollers | None] = contextvars.ContextVar(
-    "sqs_pollers", default=None
-)
-
-
-@contextlib.contextmanager
-def sharing(pollers: Pollers) -> Iterator[None]:
-    """Within this context (and the tasks started in it), SqsTriggers of one queue share one
-    session of ``pollers``."""
-    token = _POLLERS.set(pollers)
-    try:
-        yield
-    finally:
-        _POLLERS.reset(token)
-
-
-def current() -> Pollers | None:
-    """The shared sessions in effect, ``None`` outside :func:`sharing`."""
-    return _POLLERS.get()
+_SHARING: Sharing[Pollers] = Sharing("sqs_pollers")
+#: Within ``sharing(pollers)``, SqsTriggers of one queue share one session of ``pollers``.
+sharing = _SHARING.sharing
+current = _SHARING.current
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -104,7 +94,7 @@ class ReaderSpec:
     max_receives: int
 
     @property
-    def queue_key(self) -> str:
+    def source_key(self) -> str:
         """The queue however it is spelled (URL, name, ``sqs://``), with the connection read by:
         readers with one queue key share a session."""
         queue = self.queue
@@ -112,91 +102,47 @@ class ReaderSpec:
 
 
 @dataclasses.dataclass(eq=False)
-class ReaderStats:
-    """What a session did for one reader, written by the session and read by its trigger:
-    messages received, events handed over, messages filtered out, failing, dead-lettered and
-    deleted (those the reader shares with others count for each), and the queue's lag."""
+class ReaderStats(shared_readers.ReaderStats):
+    """What a session did for one reader, written by the session and read by its trigger;
+    messages it shares with other readers count for each. ``lag`` is the queue's
+    ApproximateNumberOfMessages: read when the session opens and every ``LAG_INTERVAL_S``, and 0
+    when a long poll comes back empty."""
 
-    received: int = 0
-    events: int = 0
-    filtered: int = 0
-    failed: int = 0
-    dead_lettered: int = 0
     deleted: int = 0
-    #: The queue's ApproximateNumberOfMessages: read when the session opens and every
-    #: ``LAG_INTERVAL_S``, and 0 when a long poll comes back empty; ``None`` while unknown.
-    lag: int | None = None
-    #: When the queue last answered a receive, an empty one included.
-    last_poll_at: datetime | None = None
 
 
-class HasReaderSpec(Protocol):
-    """A reader of a queue as :meth:`Pollers.keep` takes it (an SqsTrigger)."""
-
-    def reader_spec(self) -> ReaderSpec: ...
-
-
-class Pollers:
+class Pollers(ExpectedReaders):
     """The daemon's SQS sessions, one per queue (and connection), and the watchers it expects
-    to read each: a message is deleted only once each of them is done with it."""
+    to read each (:meth:`keep`): a message is deleted only once each of them is done with it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._sessions: dict[str, _SqsSession] = {}
-        self._expected: dict[str, set[str]] = {}
-
-    def keep(self, readers: Iterable[HasReaderSpec]) -> None:
-        """The readers (SqsTriggers) the daemon runs now."""
-        expected: dict[str, set[str]] = {}
-        for reader in readers:
-            spec = reader.reader_spec()
-            expected.setdefault(spec.queue_key, set()).add(spec.key)
-        self._expected = expected
 
     async def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
         """Read the queue of ``spec`` through its session (opened by its first reader), counting
         in ``stats``."""
-        key = spec.queue_key
+        key = spec.source_key
         session = self._sessions.get(key)
         if session is not None and not session.closed:
             return session.join(spec, stats)
-        session = self._sessions[key] = _SqsSession(
-            spec, stats, expected=lambda: self._expected.get(key, set())
-        )
+        session = self._sessions[key] = _SqsSession(spec, stats, expected=self.of(key))
         reader = session.join(spec, stats)
         await session.open()
         return reader
 
 
-@dataclasses.dataclass(eq=False)
-class Reader:
+@dataclasses.dataclass(eq=False, kw_only=True)
+class Reader(BufferedReader[ReaderSpec, ReaderStats, "list[InFlight]"]):
     """One reader's end of a session: its events, oldest first, and the messages of the
     events it has not acked yet."""
 
     session: _SqsSession
-    spec: ReaderSpec
-    stats: ReaderStats
-    buffer: int
-    events: asyncio.Queue[TriggerEvent | _Failure] = dataclasses.field(
-        default_factory=asyncio.Queue
-    )
-    slots: asyncio.Semaphore = dataclasses.field(init=False)
-    unacked: dict[object, list[InFlight]] = dataclasses.field(default_factory=dict)
     reading: bool = True
-
-    def __post_init__(self) -> None:
-        self.slots = asyncio.Semaphore(self.buffer)
 
     @property
     def key(self) -> str:
         return self.spec.key
-
-    async def next_event(self) -> TriggerEvent:
-        """The reader's next event; raises what stopped the session."""
-        item = await self.events.get()
-        if isinstance(item, _Failure):
-            raise item.error
-        self.slots.release()
-        return item
 
     def stop_reading(self) -> None:
         """The reader takes no more events: once no reader does, receiving stops."""
@@ -208,12 +154,7 @@ class Reader:
         await self.session.leave(self)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Failure:
-    error: BaseException
-
-
-class _SqsSession:
+class _SqsSession(ReadingTasks):
     """The receive loops of one queue, handing each message to its readers, and the client,
     held messages, deletes and dead letters they share."""
 
@@ -255,18 +196,21 @@ class _SqsSession:
 
     def join(self, spec: ReaderSpec, stats: ReaderStats) -> Reader:
         """Hand the reader of ``spec`` every message received from now on."""
-        differing = [n for n in POLLER_OPTIONS if getattr(spec, n) != getattr(self._spec, n)]
-        if differing:
-            self._log.warning(
-                "sqs_poller_options_ignored",
-                options=differing,
-                why="watchers of one queue share its poller, set up by the first of them",
-            )
+        warn_options_ignored(
+            self._log,
+            "sqs_poller_options_ignored",
+            POLLER_OPTIONS,
+            spec,
+            self._spec,
+            why="watchers of one queue share its poller, set up by the first of them",
+        )
         old = self._readers.get(spec.key)
         if old is not None:  # an instance the daemon gave up on: the new one takes its place
             self._drop(old)
         buffer = self._spec.receivers * (1 if spec.batch else MAX_MESSAGES)
-        reader = self._readers[spec.key] = Reader(self, spec, stats, buffer)
+        reader = self._readers[spec.key] = Reader(
+            session=self, spec=spec, stats=stats, buffer=buffer
+        )
         self._joined.set()
         return reader
 
@@ -286,8 +230,7 @@ class _SqsSession:
         del self._readers[reader.key]
         reader.reading = False
         unacked, reader.unacked = reader.unacked, {}
-        for _ in range(reader.buffer):
-            reader.slots.release()  # a receive loop waiting for room goes on without it
+        reader.free_slots()
         for entries in unacked.values():
             for entry in entries:
                 entry.owners -= 1
@@ -307,7 +250,7 @@ class _SqsSession:
             self._closed = True
             await self._sqs.aclose()
             for reader in self._readers.values():
-                reader.events.put_nowait(_Failure(error))
+                reader.fail(error)
             raise
         self._sqs.retrying = True
         self._background = [
@@ -379,12 +322,12 @@ class _SqsSession:
         self._closed = True
         self.stop_receiving()
         extend_loop, delete_loop, lag_loop = self._background
-        await _cancel_and_wait([lag_loop])
+        await cancel_and_wait([lag_loop])
         try:
             async with asyncio.timeout(CLEANUP_TIMEOUT_S):
-                await _cancel_and_wait([*self._receivers, delete_loop])
+                await cancel_and_wait([*self._receivers, delete_loop])
                 await self._deletes.flush()
-                await _cancel_and_wait([extend_loop])
+                await cancel_and_wait([extend_loop])
                 await self._in_flight.release_unacked()
         except TimeoutError:
             self._log.warning(
@@ -393,7 +336,7 @@ class _SqsSession:
                 in_flight=len(self._in_flight),
             )
         finally:
-            await _cancel_and_wait([extend_loop, *self._deletes.tasks])
+            await cancel_and_wait([extend_loop, *self._deletes.tasks])
             await self._sqs.aclose()
         stats = self._stats
         self._log.info(
@@ -405,19 +348,6 @@ class _SqsSession:
             dead_lettered=stats.dead_lettered,
             deleted=stats.deleted,
         )
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.create_task(coroutine, name=name)
-        task.add_done_callback(self._on_task_done)
-        return task
-
-    def _on_task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is not None:
-            for reader in self._readers.values():
-                reader.events.put_nowait(_Failure(error))
 
     async def _lag_loop(self) -> None:
         while True:
@@ -438,7 +368,7 @@ class _SqsSession:
             "MessageAttributeNames": ["All"],
             "VisibilityTimeout": self._in_flight.visibility_timeout_s,
         }
-        await self._all_joined()
+        await shared_readers.all_joined(self._joined, lambda: self._expected() - set(self._readers))
         while True:
             asked_at = time.monotonic()
             response = await self._sqs.call("receive_message", **arguments)
@@ -456,15 +386,6 @@ class _SqsSession:
             for entry in held:
                 entry.dispatching = False
                 self._settle(entry)
-
-    async def _all_joined(self) -> None:
-        """Wait (a little) for the watchers expected on the queue, so none misses the first
-        messages."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(JOIN_WAIT_S):
-                while self._expected() - set(self._readers):
-                    self._joined.clear()
-                    await self._joined.wait()
 
     async def _hand(
         self, reader: Reader, messages: list[dict[str, Any]], held: list[InFlight]
@@ -564,11 +485,3 @@ class _SqsSession:
             stats.dead_lettered += 1
         else:
             entry.redeliver = True
-
-
-async def _cancel_and_wait(tasks: list[asyncio.Task[None]] | set[asyncio.Task[None]]) -> None:
-    """Cancel ``tasks`` and wait for them; their own errors were already reported."""
-    tasks = list(tasks)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)

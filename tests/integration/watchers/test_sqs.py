@@ -385,7 +385,7 @@ async def test_lag_is_the_queue_backlog(
 
 
 def _queue_key(trigger: SqsTrigger) -> str:
-    return trigger.reader_spec().queue_key
+    return trigger.reader_spec().source_key
 
 
 def test_one_queue_has_one_poller_however_it_is_spelled() -> None:
