@@ -14,10 +14,10 @@ from typing import Any
 from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from triggerer.service import queries
 from triggerer.service.dead_letters import unstorable
 from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.events import NewEvent, Recorded, record_events
+from triggerer.service.reads import queries
 from triggerer.service.store import models
 from triggerer.service.store.models import FINISHED_RUN_STATES, RunState
 from triggerer.service.store.notices import notify_cancel, notify_queued

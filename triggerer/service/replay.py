@@ -35,9 +35,10 @@ from triggerer.partitions import (
     ToYearly,
 )
 from triggerer.schedules import PartitionedAssetTimetable
-from triggerer.service import queries
 from triggerer.service.errors import Conflict, NotFound, Refused
-from triggerer.service.explain import condition_of
+from triggerer.service.reads import queries
+from triggerer.service.reads.explain import condition_of
+from triggerer.service.reads.views import View
 from triggerer.service.scheduling.picking import Queued, pick_run
 from triggerer.service.scheduling.registry import Registry
 from triggerer.service.scheduling.schedule_queries import asset_run_id, members_of_aliases
@@ -45,7 +46,6 @@ from triggerer.service.store import models
 from triggerer.service.store.models import RefRole, asset_identity_key
 from triggerer.service.store.notices import notify_queued
 from triggerer.service.store.types import utcnow
-from triggerer.service.views import View
 from triggerer.uri import normalize_uri
 
 if TYPE_CHECKING:

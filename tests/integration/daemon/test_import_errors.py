@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import anyio
 from sqlalchemy import func, select
 
-from triggerer.service import queries
 from triggerer.service.loader import LoadError, load_pipelines
+from triggerer.service.reads import queries
 from triggerer.service.scheduling.registry import sync_definitions, sync_import_errors
 from triggerer.service.store import models, session_factory
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from triggerer.service.views import ImportErrorRow
+    from triggerer.service.reads.views import ImportErrorRow
 
 GOOD = """\
 from triggerer import Asset, pipeline

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from triggerer.service import queries
+from triggerer.service.reads import queries
 from triggerer.service.store import models, session_factory
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

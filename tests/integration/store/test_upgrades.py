@@ -31,8 +31,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.expression import ColumnClause
 
 from tests.fixtures.database import _create_database, _drop_database, _new_database_name
-from triggerer.service import queries
 from triggerer.service.events import NewEvent, record_events
+from triggerer.service.reads import queries
 from triggerer.service.runs import stored_logs as run_logs
 from triggerer.service.store import create_engine, head_revision, session_factory, upgrade
 from triggerer.service.store.migrate import MIGRATIONS_DIR, VERSION_TABLE, alembic_config

@@ -8,14 +8,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from triggerer.service import activity
-from triggerer.service.activity import Window
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import PROTECTED
 from triggerer.service.api.schemas import INT4_MAX, PIPELINE_ID, Limit, Since
+from triggerer.service.reads import activity
+from triggerer.service.reads.activity import Window
+from triggerer.service.reads.views import EventActivity, LagActivity, RunTimeline
 from triggerer.service.store.models import RunState
 from triggerer.service.store.types import utcnow
-from triggerer.service.views import EventActivity, LagActivity, RunTimeline
 
 router = APIRouter(
     prefix="/activity", tags=["activity"], dependencies=[Depends(authorized)], responses=PROTECTED

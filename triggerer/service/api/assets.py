@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, status
 
-from triggerer.service import actions, queries, replay
+from triggerer.service import actions, replay
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
@@ -23,8 +23,9 @@ from triggerer.service.api.schemas import (
     Since,
     UtcTime,
 )
+from triggerer.service.reads import queries
+from triggerer.service.reads.views import AliasRow, AssetRow, EventRow, QueuedEventRow
 from triggerer.service.store.models import EventSource
-from triggerer.service.views import AliasRow, AssetRow, EventRow, QueuedEventRow
 
 router = APIRouter(
     prefix="/assets", tags=["assets"], dependencies=[Depends(authorized)], responses=PROTECTED

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from triggerer.service import queries
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import EventId, Limit, Offset, Since
-from triggerer.service.views import DeadLetterRow, EventDetail
+from triggerer.service.reads import queries
+from triggerer.service.reads.views import DeadLetterRow, EventDetail
 
 router = APIRouter(tags=["events"], dependencies=[Depends(authorized)], responses=PROTECTED)
 

@@ -7,10 +7,10 @@ from datetime import timedelta
 from fastapi import APIRouter, Depends, HTTPException, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from triggerer.service import queries
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import UNAUTHORIZED, UNAVAILABLE, as_json
 from triggerer.service.api.schemas import Health
+from triggerer.service.reads import queries
 from triggerer.service.store.types import utcnow
 
 open_router = APIRouter(tags=["health"])

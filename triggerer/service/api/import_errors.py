@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from triggerer.service import queries
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import PROTECTED
 from triggerer.service.api.schemas import Limit, Offset
-from triggerer.service.views import ImportErrorRow
+from triggerer.service.reads import queries
+from triggerer.service.reads.views import ImportErrorRow
 
 router = APIRouter(tags=["pipelines"], dependencies=[Depends(authorized)], responses=PROTECTED)
 

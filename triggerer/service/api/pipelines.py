@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, status
 
-from triggerer.service import actions, queries
+from triggerer.service import actions
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
@@ -21,9 +21,10 @@ from triggerer.service.api.schemas import (
     Since,
     UtcTime,
 )
-from triggerer.service.explain import Explanation, explain
+from triggerer.service.reads import queries
+from triggerer.service.reads.explain import Explanation, explain
+from triggerer.service.reads.views import PipelineRow, QueuedEventRow, RunDetail, RunRow
 from triggerer.service.store.models import RunState
-from triggerer.service.views import PipelineRow, QueuedEventRow, RunDetail, RunRow
 
 router = APIRouter(
     prefix="/pipelines",

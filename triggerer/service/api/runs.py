@@ -8,13 +8,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, status
 from fastapi.responses import PlainTextResponse
 
-from triggerer.service import actions, queries
+from triggerer.service import actions
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED, as_json
 from triggerer.service.api.schemas import PIPELINE_ID, Limit, Offset, RunId, Since
+from triggerer.service.reads import queries
+from triggerer.service.reads.views import RunDetail, RunRow
 from triggerer.service.runs import stored_logs as run_logs
 from triggerer.service.store.models import RunState
-from triggerer.service.views import RunDetail, RunRow
 
 router = APIRouter(
     prefix="/runs", tags=["runs"], dependencies=[Depends(authorized)], responses=PROTECTED

@@ -1,7 +1,8 @@
 """Request bodies, error and status bodies, and the parameters routes share.
 
-Rows the API returns are the views of :mod:`triggerer.service.queries` (and
-:mod:`triggerer.service.explain`, :mod:`triggerer.service.lineage`), the same the CLI prints.
+Rows the API returns are the views of :mod:`triggerer.service.reads.queries` (and
+:mod:`triggerer.service.reads.explain`, :mod:`triggerer.service.reads.lineage`), the same the CLI
+prints.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Annotated, Any
 from fastapi import Path, Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from triggerer.service.reads.views import EventRow
 from triggerer.service.store.models import ID_LENGTH, NAME_LENGTH
-from triggerer.service.views import EventRow
 
 INT4_MAX = 2**31 - 1
 """Largest id of an asset (a 32-bit key on PostgreSQL)."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from triggerer.service import queries
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import PROTECTED
 from triggerer.service.api.schemas import Limit, Offset
-from triggerer.service.lineage import Lineage, lineage
-from triggerer.service.views import WatcherRow
+from triggerer.service.reads import queries
+from triggerer.service.reads.lineage import Lineage, lineage
+from triggerer.service.reads.views import WatcherRow
 
 router = APIRouter(tags=["watchers"], dependencies=[Depends(authorized)], responses=PROTECTED)
 

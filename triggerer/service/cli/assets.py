@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from triggerer.service.views import View
+    from triggerer.service.reads.views import View
 
 ASSET_COLUMNS = ("id", "name", "uri", "group")
 
@@ -24,6 +24,6 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 async def _assets_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
-    from triggerer.service import queries
+    from triggerer.service.reads import queries
 
     return await queries.assets(session, limit=arguments.limit)

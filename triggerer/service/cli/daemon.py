@@ -83,7 +83,7 @@ async def _check(settings: Settings, _: argparse.Namespace) -> int:
     """Exit 0 when the store answers and a daemon's heartbeat is fresh; else 1, saying why."""
     from datetime import timedelta
 
-    from triggerer.service import queries
+    from triggerer.service.reads import queries
     from triggerer.service.store.types import utcnow
 
     async def work(session: AsyncSession) -> int:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from triggerer.service.api.schemas import CreatedEvent
     from triggerer.service.config import Settings
     from triggerer.service.events import Recorded
-    from triggerer.service.views import View
+    from triggerer.service.reads.views import View
 
 TOKEN_ENV = "TRIGGERER_API_TOKEN"  # noqa: S105 - the variable's name, not a token
 """Where ``events emit --api`` finds the token when ``--token`` is not given."""
@@ -62,7 +62,7 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 async def _events_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
-    from triggerer.service import queries
+    from triggerer.service.reads import queries
 
     return await queries.events(session, uri=arguments.uri, limit=arguments.limit)
 
@@ -70,7 +70,7 @@ async def _events_rows(session: AsyncSession, arguments: argparse.Namespace) -> 
 async def _dead_letters_rows(
     session: AsyncSession, arguments: argparse.Namespace
 ) -> Sequence[View]:
-    from triggerer.service import queries
+    from triggerer.service.reads import queries
 
     return await queries.dead_letters(session, limit=arguments.limit)
 
@@ -81,8 +81,9 @@ async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
     if arguments.api is not None:
         return await _emit_over_api(arguments)
     from triggerer.listeners import listener_manager
-    from triggerer.service import actions, queries
+    from triggerer.service import actions
     from triggerer.service.events import notify_recorded
+    from triggerer.service.reads import queries
     from triggerer.service.store.models import EventSource
 
     listeners = listener_manager(settings.listeners.plugins)  # a bad plugin fails before writing

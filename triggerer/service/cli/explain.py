@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import argparse
 
     from triggerer.service.config import Settings
-    from triggerer.service.explain import Explanation
+    from triggerer.service.reads.explain import Explanation
 
 
 def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,7 +22,7 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 async def _explain(settings: Settings, arguments: argparse.Namespace) -> int:
-    from triggerer.service.explain import explain
+    from triggerer.service.reads.explain import explain
 
     explained = await with_session(
         settings, lambda session: explain(session, arguments.pipeline_id)

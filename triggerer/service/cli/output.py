@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from triggerer.service.cli.verbs import Handler
     from triggerer.service.config import Settings
-    from triggerer.service.views import View
+    from triggerer.service.reads.views import View
 
     ReadRows = Callable[[AsyncSession, argparse.Namespace], Awaitable[Sequence[View]]]
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from triggerer.service.config import Settings
-    from triggerer.service.views import View
+    from triggerer.service.reads.views import View
 
 
 def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,7 +41,7 @@ PIPELINE_COLUMNS = ("pipeline_id", "schedule", "progress", "paused", "active", "
 async def _pipelines_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
     """The pipelines, then a row per file of the folder that failed to load (as
     ``GET /importErrors``: no pipeline id; in the table its file is ``path:line``)."""
-    from triggerer.service import queries
+    from triggerer.service.reads import queries
 
     pipelines = await queries.pipelines(session, limit=arguments.limit)
     broken = await queries.import_errors(session, limit=arguments.limit)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from triggerer.service.config import Settings
-    from triggerer.service.views import View
+    from triggerer.service.reads.views import View
 
 
 def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,7 +44,7 @@ RUN_COLUMNS = (
 
 
 async def _runs_rows(session: AsyncSession, arguments: argparse.Namespace) -> Sequence[View]:
-    from triggerer.service import queries
+    from triggerer.service.reads import queries
 
     return await queries.runs(session, pipeline_id=arguments.pipeline, limit=arguments.limit)
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from triggerer.service.views import View, WatcherRow
+    from triggerer.service.reads.views import View, WatcherRow
 
 
 def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,7 +46,7 @@ async def _watchers_rows(session: AsyncSession, arguments: argparse.Namespace) -
     """The watchers (as ``GET /watchers``); in the table, an error the watcher is not failing
     of now says it is history: ``recovered from: ...`` once it has polled since, else
     ``earlier: ...``."""
-    from triggerer.service import queries
+    from triggerer.service.reads import queries
 
     watchers = await queries.watchers(session, limit=arguments.limit)
     if arguments.json:

@@ -1,7 +1,7 @@
 """Watcher lag over time: at a heartbeat, the lag of each trigger this instance runs is stored
 (at most one sample a minute per trigger), and samples older than a day are deleted.
 
-``GET /activity/watcherLag`` (:mod:`triggerer.service.activity`) draws them; the heartbeat's
+``GET /activity/watcherLag`` (:mod:`triggerer.service.reads.activity`) draws them; the heartbeat's
 own write of the current lag (``trigger.lag``) is what ``/watchers`` shows.
 """
 

@@ -12,11 +12,11 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from triggerer.service.explain import condition_of
-from triggerer.service.queries import watcher_failing, watcher_recovered
+from triggerer.service.reads.explain import condition_of
+from triggerer.service.reads.queries import watcher_failing, watcher_recovered
+from triggerer.service.reads.views import View
 from triggerer.service.store import models
 from triggerer.service.store.models import RefRole
-from triggerer.service.views import View
 
 
 class Node(View):

@@ -16,9 +16,7 @@ from sqlalchemy import BigInteger, Integer, cast, extract, func, literal_column,
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
 
-from triggerer.service.store import models
-from triggerer.service.store.types import utcnow
-from triggerer.service.views import (
+from triggerer.service.reads.views import (
     AssetActivity,
     EventActivity,
     LagActivity,
@@ -26,6 +24,8 @@ from triggerer.service.views import (
     RunTimeline,
     WatcherLag,
 )
+from triggerer.service.store import models
+from triggerer.service.store.types import utcnow
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

@@ -1,9 +1,9 @@
 """What the CLI and the REST API read from the store: one query per view, shared by both so
 that ``triggerer pipelines list --json`` and ``GET /api/v1/pipelines`` never disagree.
 
-Each view is a model of :mod:`triggerer.service.views` (the API's response schemas too). Lists are
-newest first where time matters (events, runs, dead letters) and by key otherwise; ``limit``
-and ``offset`` page them. A lookup of something that does not exist raises
+Each view is a model of :mod:`triggerer.service.reads.views` (the API's response schemas too).
+Lists are newest first where time matters (events, runs, dead letters) and by key otherwise;
+``limit`` and ``offset`` page them. A lookup of something that does not exist raises
 :class:`~triggerer.service.errors.NotFound` naming it.
 """
 
@@ -18,9 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from triggerer.service.errors import NotFound
-from triggerer.service.store import models
-from triggerer.service.store.models import RefRole, TriggerState
-from triggerer.service.views import (
+from triggerer.service.reads.views import (
     AliasRow,
     AssetRow,
     DeadLetterRow,
@@ -34,6 +32,8 @@ from triggerer.service.views import (
     RunRow,
     WatcherRow,
 )
+from triggerer.service.store import models
+from triggerer.service.store.models import RefRole, TriggerState
 
 # -- Pipelines -------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The rows the CLI prints and the REST API returns (its response schemas), one model per view.
 
-:mod:`triggerer.service.queries` reads them from the store.
+:mod:`triggerer.service.reads.queries` reads them from the store.
 """
 
 from __future__ import annotations

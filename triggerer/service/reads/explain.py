@@ -14,10 +14,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from triggerer.service import queries
+from triggerer.service.reads import queries
+from triggerer.service.reads.views import RunRow, View
 from triggerer.service.store import models
 from triggerer.service.store.models import ACTIVE_RUN_STATES, RefRole
-from triggerer.service.views import RunRow, View
 
 
 class QueueState(View):
@@ -55,7 +55,8 @@ class Explanation(View):
 
 
 async def explain(session: AsyncSession, pipeline_id: str) -> Explanation:
-    """Why ``pipeline_id`` has or has not run; :class:`~.errors.NotFound` if unknown."""
+    """Why ``pipeline_id`` has or has not run; :class:`~triggerer.service.errors.NotFound` if
+    unknown."""
     pipeline = await queries.pipeline_model(session, pipeline_id)
     states = [
         *await _asset_states(session, pipeline_id),
