@@ -12,7 +12,6 @@ so the ratio to the raw loop is the figure to watch (goal: at least 0.8).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -30,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: put the repository root on the
 from aiobotocore.session import get_session
 
 from deploy.local.services import DUMMY_AWS_ENV, moto
-from tests.benchmarks.harness import Bench, main
+from tests.benchmarks.harness import Bench, main, on_server
 from tests.fixtures.kinesis import create_stream
 from triggerer.triggers import TriggerEvent
 from watchers.kinesis import KinesisTrigger, send
@@ -154,24 +153,19 @@ async def bench(endpoint: str, messages: int) -> dict[str, Any]:
     }
 
 
-async def part_kinesis(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    """The rounds and the latency on a moto server of its own, logging into ``folder``."""
-    os.environ.update(DUMMY_AWS_ENV)
-    server = moto(folder)
-    server.start()
-    try:
-        return await bench(f"http://{server.address}", args.messages)
-    finally:
-        server.stop()
-
-
 BENCH = Bench(
     module="tests.benchmarks.bench_kinesis",
     description="KinesisTrigger against a raw GetRecords loop, and produce -> event",
-    parts={"kinesis": part_kinesis},
+    parts={
+        "kinesis": on_server(
+            moto,
+            lambda server, args: bench(f"http://{server.address}", args.messages),
+        )
+    },
     full={"messages": 5_000},
     quick={"messages": 500},
 )
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the parts too: each runs this module as a script
+    os.environ.update(DUMMY_AWS_ENV)  # moto takes any credentials, boto wants some
     main(BENCH)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -31,6 +30,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.benchmarks.harness import Bench, main
+from tests.benchmarks.providers import ack_each, order
 from tests.fixtures.mqtt import mosquitto
 from triggerer.triggers import TriggerEvent
 from watchers.mqtt import MqttTrigger, send
@@ -39,12 +39,6 @@ from watchers.payloads import decode_body
 ROUNDS = 3
 IN_FLIGHT = 1_000
 LATENCY_SAMPLES = 200
-MESSAGE_BYTES = 200
-
-
-def body(index: int) -> str:
-    head = json.dumps({"id": index, "type": "order", "pad": ""})
-    return json.dumps({"id": index, "type": "order", "pad": "x" * (MESSAGE_BYTES - len(head))})
 
 
 def session_client(port: int, client_id: str) -> aiomqtt.Client:
@@ -84,20 +78,7 @@ async def raw_loop(port: int, client_id: str, messages: int) -> float:
 
 async def trigger_loop(uri: str, client_id: str, messages: int) -> float:
     trigger = MqttTrigger(uri=uri, client_id=client_id, max_in_flight=IN_FLIGHT)
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    started = time.perf_counter()
-    done = 0
-    try:
-        async for event in events:
-            assert event.ack is not None
-            await event.ack()
-            done += 1
-            if done == messages:
-                break
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
-    return time.perf_counter() - started
+    return await ack_each(trigger, messages, through_cleanup=True)
 
 
 async def throughput(port: int, messages: int) -> list[dict[str, Any]]:
@@ -109,7 +90,7 @@ async def throughput(port: int, messages: int) -> list[dict[str, Any]]:
         await make_session(port, raw_id, topic)
         await make_session(port, trigger_id, topic)
         for first in range(0, messages, 5_000):
-            await send(uri, [body(i) for i in range(first, min(first + 5_000, messages))])
+            await send(uri, [order(i) for i in range(first, min(first + 5_000, messages))])
         seconds["raw aiomqtt"].append(await raw_loop(port, raw_id, messages))
         seconds["MqttTrigger"].append(await trigger_loop(uri, trigger_id, messages))
     results = [
@@ -144,7 +125,7 @@ async def latency(port: int) -> dict[str, Any]:
                 properties = Properties(PacketTypes.PUBLISH)
                 properties.UserProperty = ("message-id", uuid.uuid4().hex)
                 started = time.perf_counter()
-                await client.publish(topic, body(index), qos=1, properties=properties)
+                await client.publish(topic, order(index), qos=1, properties=properties)
                 event = await pending
                 samples.append(time.perf_counter() - started)
                 assert event.ack is not None

@@ -13,9 +13,7 @@ without the daemon's commit).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -31,7 +29,8 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from tests.benchmarks.harness import Bench, main
+from tests.benchmarks.harness import Bench, main, on_server
+from tests.benchmarks.providers import MESSAGE_BYTES, ack_each, order
 from tests.fixtures.nats import create_stream, nats_server
 from triggerer.triggers import TriggerEvent
 from watchers.nats import NatsTrigger
@@ -39,20 +38,13 @@ from watchers.nats import NatsTrigger
 ROUNDS = 3
 BATCH = 256
 LATENCY_SAMPLES = 200
-MESSAGE_BYTES = 200
-
-
-def body(index: int) -> bytes:
-    head = json.dumps({"id": index, "type": "order", "pad": ""})
-    padded = {"id": index, "type": "order", "pad": "x" * (MESSAGE_BYTES - len(head))}
-    return json.dumps(padded).encode()
 
 
 async def fill(client: Client, stream: str, messages: int) -> None:
     jetstream = client.jetstream()
     for start in range(0, messages, 1000):
         acks = [
-            await jetstream.publish_async(f"{stream}.in", body(index))
+            await jetstream.publish_async(f"{stream}.in", order(index).encode())
             for index in range(start, min(start + 1000, messages))
         ]
         await asyncio.gather(*acks)
@@ -82,21 +74,7 @@ async def trigger_loop(servers: str, stream: str, durable: str, messages: int) -
     trigger = NatsTrigger(
         servers=servers, stream=stream, subject=f"{stream}.>", durable=durable, fetch_batch=BATCH
     )
-    # run() is an async generator; aclose() ends it before cleanup()
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    started = time.perf_counter()
-    done = 0
-    try:
-        async for event in events:
-            assert event.ack is not None
-            await event.ack()
-            done += 1
-            if done == messages:
-                break
-        seconds = time.perf_counter() - started
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
+    seconds = await ack_each(trigger, messages)
     assert trigger.acked == messages, trigger.acked
     return messages / seconds
 
@@ -114,7 +92,7 @@ async def latency(client: Client, servers: str) -> dict[str, float]:
         await anext(events)
         for index in range(LATENCY_SAMPLES):
             started = time.perf_counter()
-            await jetstream.publish(f"{stream}.in", body(index))
+            await jetstream.publish(f"{stream}.in", order(index).encode())
             event = await anext(events)
             samples.append((time.perf_counter() - started) * 1000)
             assert event.ack is not None
@@ -156,20 +134,15 @@ async def bench(servers: str, messages: int) -> dict[str, Any]:
         await client.close()
 
 
-async def part_nats(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    """The rounds and the latency on a nats-server of its own, its store in ``folder``."""
-    server = nats_server(folder / "store", folder)
-    server.start()
-    try:
-        return await bench(server.address, args.messages)
-    finally:
-        server.stop()
-
-
 BENCH = Bench(
     module="tests.benchmarks.bench_nats",
     description="NatsTrigger against a raw nats-py pull loop, and produce -> event",
-    parts={"nats": part_nats},
+    parts={
+        "nats": on_server(
+            lambda folder: nats_server(folder / "store", folder),
+            lambda server, args: bench(server.address, args.messages),
+        )
+    },
     full={"messages": 20_000},
     quick={"messages": 1_000},
 )

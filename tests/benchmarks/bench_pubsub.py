@@ -13,8 +13,6 @@ daemon's commit).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,7 +26,8 @@ if __package__ in (None, ""):  # run as a script: put the repository root on the
 
 from google.api_core import exceptions
 
-from tests.benchmarks.harness import Bench, main
+from tests.benchmarks.harness import Bench, main, on_server
+from tests.benchmarks.providers import MESSAGE_BYTES, ack_each, order
 from tests.fixtures.pubsub import PROJECT, Admin, pubsub_emulator
 from triggerer.triggers import TriggerEvent
 from watchers.pubsub import PubSubTrigger
@@ -36,17 +35,11 @@ from watchers.pubsub import PubSubTrigger
 ROUNDS = 3
 BATCH = 500
 LATENCY_SAMPLES = 200
-MESSAGE_BYTES = 200
-
-
-def body(index: int) -> str:
-    head = json.dumps({"id": index, "type": "order", "pad": ""})
-    return json.dumps({"id": index, "type": "order", "pad": "x" * (MESSAGE_BYTES - len(head))})
 
 
 async def fill(admin: Admin, topic: str, messages: int) -> None:
     for start in range(0, messages, 1000):
-        bodies = [body(index) for index in range(start, min(start + 1000, messages))]
+        bodies = [order(index) for index in range(start, min(start + 1000, messages))]
         await admin.publish(topic, *bodies)
 
 
@@ -72,21 +65,7 @@ async def raw_loop(admin: Admin, subscription: str, messages: int) -> float:
 async def trigger_loop(uri: str, host: str, messages: int) -> float:
     """Events per second of a trigger whose every event is acked as it comes."""
     trigger = PubSubTrigger(uri, emulator_host=host, max_messages=BATCH)
-    # run() is an async generator; aclose() ends it before cleanup()
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    started = time.perf_counter()
-    done = 0
-    try:
-        async for event in events:
-            assert event.ack is not None
-            await event.ack()
-            done += 1
-            if done == messages:
-                break
-        seconds = time.perf_counter() - started
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
+    seconds = await ack_each(trigger, messages)
     return messages / seconds
 
 
@@ -102,7 +81,7 @@ async def latency(admin: Admin) -> dict[str, float]:
         await anext(events)
         for index in range(LATENCY_SAMPLES):
             started = time.perf_counter()
-            await admin.publish(name, body(index))
+            await admin.publish(name, order(index))
             event = await anext(events)
             samples.append((time.perf_counter() - started) * 1000)
             assert event.ack is not None
@@ -157,20 +136,16 @@ async def bench(host: str, messages: int) -> dict[str, Any]:
         await admin.aclose()
 
 
-async def part_pubsub(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    """The rounds and the latency on a Pub/Sub emulator of its own, logging into ``folder``."""
-    server = pubsub_emulator(folder)
-    server.start(timeout_s=60)
-    try:
-        return await bench(server.address, args.messages)
-    finally:
-        server.stop()
-
-
 BENCH = Bench(
     module="tests.benchmarks.bench_pubsub",
     description="PubSubTrigger against a raw Pull + Acknowledge loop, and produce -> event",
-    parts={"pubsub": part_pubsub},
+    parts={
+        "pubsub": on_server(
+            lambda folder: pubsub_emulator(folder),
+            lambda server, args: bench(server.address, args.messages),
+            start_timeout_s=60,
+        )
+    },
     full={"messages": 20_000},
     quick={"messages": 1_000},
 )

@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run as a script: put the repository root on the
 import aio_pika
 
 from tests.benchmarks.harness import Bench, main
+from tests.benchmarks.providers import ack_each
 from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, delete_queue
 from triggerer.triggers import TriggerEvent
 from watchers.rabbitmq import RabbitMqTrigger
@@ -78,20 +79,7 @@ async def raw_loop(queue: str, messages: int) -> float:
 
 async def trigger_loop(queue: str, messages: int) -> float:
     trigger = RabbitMqTrigger(f"amqp://{SHARED_RABBITMQ}/%2F/{queue}", prefetch=PREFETCH)
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    started = time.perf_counter()
-    done = 0
-    try:
-        async for event in events:
-            assert event.ack is not None
-            await event.ack()
-            done += 1
-            if done == messages:
-                break
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
-    return time.perf_counter() - started
+    return await ack_each(trigger, messages, through_cleanup=True)
 
 
 async def latency(channel: aio_pika.abc.AbstractChannel) -> dict[str, float]:
@@ -105,6 +93,8 @@ async def latency(channel: aio_pika.abc.AbstractChannel) -> dict[str, float]:
             started = time.perf_counter()
             await channel.default_exchange.publish(aio_pika.Message(body(index)), queue)
             event = await anext(events)
+            while event.is_checkpoint_only:  # a marker, not the message: read on
+                event = await anext(events)
             samples.append((time.perf_counter() - started) * 1000)
             assert event.ack is not None
             await event.ack()

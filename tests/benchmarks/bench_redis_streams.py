@@ -12,8 +12,6 @@ yielded (produce -> event, without the daemon's commit).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,7 +25,8 @@ if __package__ in (None, ""):  # run as a script: put the repository root on the
 
 import redis.asyncio
 
-from tests.benchmarks.harness import Bench, main
+from tests.benchmarks.harness import Bench, main, on_server
+from tests.benchmarks.providers import MESSAGE_BYTES, ack_each, order
 from tests.fixtures.redis import redis_server
 from triggerer.triggers import TriggerEvent
 from watchers.redis_streams import RedisStreamTrigger
@@ -35,19 +34,13 @@ from watchers.redis_streams import RedisStreamTrigger
 ROUNDS = 3
 BATCH = 100
 LATENCY_SAMPLES = 200
-MESSAGE_BYTES = 200
-
-
-def body(index: int) -> str:
-    head = json.dumps({"id": index, "type": "order", "pad": ""})
-    return json.dumps({"id": index, "type": "order", "pad": "x" * (MESSAGE_BYTES - len(head))})
 
 
 async def fill(client: redis.asyncio.Redis, stream: str, messages: int) -> None:
     for start in range(0, messages, 1000):
         async with client.pipeline(transaction=False) as pipe:
             for index in range(start, min(start + 1000, messages)):
-                pipe.xadd(stream, {"body": body(index)})
+                pipe.xadd(stream, {"body": order(index)})
             await pipe.execute()
 
 
@@ -78,21 +71,7 @@ async def trigger_loop(port: int, stream: str, group: str, messages: int, db: in
         start_id="0",
         batch_size=BATCH,
     )
-    # run() is an async generator; aclose() ends it before cleanup()
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    started = time.perf_counter()
-    done = 0
-    try:
-        async for event in events:
-            assert event.ack is not None
-            await event.ack()
-            done += 1
-            if done == messages:
-                break
-        seconds = time.perf_counter() - started
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
+    seconds = await ack_each(trigger, messages)
     assert trigger.acked == messages, trigger.acked
     return messages / seconds
 
@@ -107,7 +86,7 @@ async def latency(client: redis.asyncio.Redis, port: int, stream: str) -> dict[s
         await anext(events)
         for index in range(LATENCY_SAMPLES):
             started = time.perf_counter()
-            await client.xadd(stream, {"body": body(index)})
+            await client.xadd(stream, {"body": order(index)})
             event = await anext(events)
             samples.append((time.perf_counter() - started) * 1000)
             assert event.ack is not None
@@ -146,20 +125,15 @@ async def bench(port: int, messages: int) -> dict[str, Any]:
         await client.aclose()
 
 
-async def part_redis_streams(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    """The rounds and the latency on a Redis of its own, its files in ``folder``."""
-    server = redis_server(folder / "data", folder)
-    server.start()
-    try:
-        return await bench(server.port, args.messages)
-    finally:
-        server.stop()
-
-
 BENCH = Bench(
     module="tests.benchmarks.bench_redis_streams",
     description="RedisStreamTrigger against a raw XREADGROUP loop, and produce -> event",
-    parts={"redis_streams": part_redis_streams},
+    parts={
+        "redis_streams": on_server(
+            lambda folder: redis_server(folder / "data", folder),
+            lambda server, args: bench(server.port, args.messages),
+        )
+    },
     full={"messages": 20_000},
     quick={"messages": 1_000},
 )

@@ -13,9 +13,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: put the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -24,7 +23,7 @@ from aiobotocore.session import get_session
 
 from deploy.local.services import DUMMY_AWS_ENV, moto
 from tests.benchmarks.harness import Bench, main
-from triggerer.triggers import TriggerEvent
+from tests.benchmarks.providers import ack_each
 from watchers.sqs import SqsTrigger, send
 
 
@@ -57,21 +56,7 @@ async def raw_loop(client: Any, url: str, messages: int) -> float:
 async def trigger_loop(url: str, messages: int, receivers: int) -> float:
     """Every event acked as it comes, as the daemon does after its commit; cleanup flushes."""
     trigger = SqsTrigger(url, wait_time_s=1, receivers=receivers)
-    started = time.perf_counter()
-    # run() is an async generator; aclose() ends it before cleanup()
-    events = cast(AsyncGenerator[TriggerEvent, None], trigger.run())
-    done = 0
-    try:
-        async for event in events:
-            assert event.ack is not None
-            await event.ack()
-            done += 1
-            if done == messages:
-                break
-    finally:
-        await events.aclose()
-        await trigger.cleanup()
-    return time.perf_counter() - started
+    return await ack_each(trigger, messages, through_cleanup=True)
 
 
 async def left_in(client: Any, url: str) -> int:

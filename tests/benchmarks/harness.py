@@ -46,6 +46,7 @@ from watchers import kafka_fetcher, providers
 from watchers.kafka import KafkaTrigger
 
 if TYPE_CHECKING:
+    from deploy.local import services
     from triggerer.triggers import BaseEventTrigger
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -177,6 +178,25 @@ def database(backend: str, workdir: Path, pg_url: str, name: str) -> Iterator[st
 
 
 # -- the scripts
+
+
+def on_server(
+    server: Callable[[Path], services.Service],
+    measure: Callable[[services.Service, argparse.Namespace], Awaitable[dict[str, Any]]],
+    *,
+    start_timeout_s: float = 30.0,
+) -> Part:
+    """A part that measures on a server of its own (``server(folder)``), stopped after."""
+
+    async def part(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+        started = server(folder)
+        started.start(timeout_s=start_timeout_s)
+        try:
+            return await measure(started, args)
+        finally:
+            started.stop()
+
+    return part
 
 
 @dataclass(frozen=True)
