@@ -32,7 +32,7 @@ from sqlalchemy.sql.expression import ColumnClause
 
 from tests.fixtures.database import _create_database, _drop_database, _new_database_name
 from triggerer.service.events import NewEvent, record_events
-from triggerer.service.reads import queries
+from triggerer.service.reads import queries, watcher_states
 from triggerer.service.runs import stored_logs as run_logs
 from triggerer.service.store import create_engine, head_revision, session_factory, upgrade
 from triggerer.service.store.migrate import MIGRATIONS_DIR, VERSION_TABLE, alembic_config
@@ -644,7 +644,7 @@ async def _assert_the_daemon_reads_and_records(url: str, start: str) -> None:
             listed = list(reversed(await queries.events(session)))  # oldest first
             assert [event.extra for event in listed] == [event.extra for event in EVENTS]
             assert [event.source for event in listed] == [event.source for event in EVENTS]
-            watchers = {row.watcher: row for row in await queries.watchers(session)}
+            watchers = {row.watcher: row for row in await watcher_states.watchers(session)}
             assert watchers.keys() == {"orders_kafka", "inbox_sqs"}
             assert watchers["inbox_sqs"].last_error == "AccessDenied: sqs:ReceiveMessage"
             assert {row.pipeline_id for row in await queries.pipelines(session)} >= {

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends
 from triggerer.service.api.context import Context, authorized
 from triggerer.service.api.responses import PROTECTED
 from triggerer.service.api.schemas import Limit, Offset
-from triggerer.service.reads import queries
+from triggerer.service.reads import watcher_states
 from triggerer.service.reads.lineage import Lineage, lineage
 from triggerer.service.reads.views import WatcherRow
 
@@ -20,7 +20,7 @@ async def list_watchers(
 ) -> list[WatcherRow]:
     """Each watcher: state, last poll, last error, restarts, lag, consumer group."""
     async with context.transaction() as session:
-        return await queries.watchers(session, limit=limit, offset=offset)
+        return await watcher_states.watchers(session, limit=limit, offset=offset)
 
 
 @router.get("/lineage")

@@ -46,9 +46,9 @@ async def _watchers_rows(session: AsyncSession, arguments: argparse.Namespace) -
     """The watchers (as ``GET /watchers``); in the table, an error the watcher is not failing
     of now says it is history: ``recovered from: ...`` once it has polled since, else
     ``earlier: ...``."""
-    from triggerer.service.reads import queries
+    from triggerer.service.reads import watcher_states
 
-    watchers = await queries.watchers(session, limit=arguments.limit)
+    watchers = await watcher_states.watchers(session, limit=arguments.limit)
     if arguments.json:
         return watchers
     return [

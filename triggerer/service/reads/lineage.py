@@ -13,8 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service.reads.explain import condition_of
-from triggerer.service.reads.queries import watcher_failing, watcher_recovered
 from triggerer.service.reads.views import View
+from triggerer.service.reads.watcher_states import watcher_failing, watcher_recovered
 from triggerer.service.store import models
 from triggerer.service.store.models import RefRole
 
