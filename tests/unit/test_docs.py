@@ -1,9 +1,11 @@
 """The README and docs/ hold together: every relative link points to a file that exists, the
 README links nowhere outside the repository, and docs/architecture.md's module map lists every
-Python module of ``triggerer/`` and ``watchers/``, and no other."""
+Python module of ``triggerer/`` and ``watchers/``, and no other, and names what each of the two
+packages re-exports (its ``__all__``), and nothing else."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -71,4 +73,34 @@ def test_the_module_map_lists_every_module_and_only_those() -> None:
     )
     assert not listed - modules, (
         f"the map lists modules that do not exist: {sorted(listed - modules)}"
+    )
+
+
+def map_entry(folder: str) -> str:
+    """The text of the module map's item for ``folder`` (``watchers/``), up to the next item."""
+    found = re.search(rf"^- `{re.escape(folder)}`: (.*?)(?=^- |^#|\Z)", module_map(), re.M | re.S)
+    assert found, f"docs/architecture.md's Module map has no item for {folder}"
+    return found.group(1)
+
+
+def declared_all(package: str) -> set[str]:
+    """The names of ``package/__init__.py``'s ``__all__``, read without importing it."""
+    tree = ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError(f"{package}/__init__.py has no __all__")
+
+
+@pytest.mark.parametrize("package", ["triggerer", "watchers"])
+def test_the_module_map_names_what_each_package_re_exports(package: str) -> None:
+    entry = map_entry(f"{package}/")
+    assert "re-exports" in entry, f"the Module map's {package}/ does not say what it re-exports"
+    said = set(re.findall(r"`([A-Za-z]\w*)`", entry))
+    exported = declared_all(package)
+    assert said == exported, (
+        f"docs/architecture.md's Module map says {package}/ re-exports names its __all__ does "
+        f"not have: {sorted(said - exported)}, and not those it has: {sorted(exported - said)}"
     )
