@@ -29,7 +29,7 @@ from triggerer.service.loader import load_pipelines
 from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import create_engine, models, session_factory, upgrade
-from triggerer.service.store.models import EventSource
+from triggerer.service.store.states import EventSource
 from triggerer.service.store.types import utcnow
 
 RECORD_EVENTS_MAX_S = 30.0

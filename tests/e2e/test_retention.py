@@ -25,7 +25,7 @@ from triggerer.service import actions
 from triggerer.service.loader import load_pipelines
 from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, models, session_factory
-from triggerer.service.store.models import RunState
+from triggerer.service.store.states import RunState
 
 PIPELINES = """
     never = Asset("never")

@@ -19,8 +19,8 @@ from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.events import NewEvent, Recorded, record_events
 from triggerer.service.reads import queries
 from triggerer.service.store import models
-from triggerer.service.store.models import FINISHED_RUN_STATES, RunState
 from triggerer.service.store.notices import notify_cancel, notify_queued
+from triggerer.service.store.states import FINISHED_RUN_STATES, RunState
 from triggerer.service.store.types import utcnow
 from triggerer.triggers import check_json
 from triggerer.uri import normalize_uri

@@ -39,8 +39,8 @@ from triggerer.service.store.models import (
     PipelineAliasRef,
     PipelineAssetRef,
     QueuedEvent,
-    RefRole,
 )
+from triggerer.service.store.states import RefRole
 from triggerer.service.store.types import utcnow
 
 if TYPE_CHECKING:

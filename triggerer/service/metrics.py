@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from triggerer.service.store.models import EventSource, RunState, TriggerState
+from triggerer.service.store.states import EventSource, RunState, TriggerState
 
 if TYPE_CHECKING:
     from triggerer.service.events import Recorded

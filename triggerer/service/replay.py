@@ -43,8 +43,9 @@ from triggerer.service.scheduling.picking import Queued, pick_run
 from triggerer.service.scheduling.registry import Registry
 from triggerer.service.scheduling.schedule_queries import asset_run_id, members_of_aliases
 from triggerer.service.store import models
-from triggerer.service.store.models import RefRole, asset_identity_key
+from triggerer.service.store.keys import asset_identity_key
 from triggerer.service.store.notices import notify_queued
+from triggerer.service.store.states import RefRole
 from triggerer.service.store.types import utcnow
 from triggerer.uri import normalize_uri
 

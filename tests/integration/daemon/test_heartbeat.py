@@ -13,7 +13,7 @@ from tests.e2e.daemon import daemon_settings
 from triggerer.service.daemon.service import Service
 from triggerer.service.daemon.supervisor import WatcherStatus
 from triggerer.service.store import models, session_factory
-from triggerer.service.store.models import TriggerState
+from triggerer.service.store.states import TriggerState
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -46,7 +46,7 @@ from triggerer.service.scheduling.registry import Registry, sync_definitions
 from triggerer.service.scheduling.schedule_queries import ACTIVE_STATES
 from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import create_engine, models, session_factory
-from triggerer.service.store.models import RunState
+from triggerer.service.store.states import RunState
 
 T = TypeVar("T")
 

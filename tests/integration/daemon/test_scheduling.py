@@ -18,7 +18,7 @@ from triggerer.service.scheduling.registry import Registry, sync_definitions
 from triggerer.service.scheduling.schedule_queries import create_manual_run
 from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import models, session_factory
-from triggerer.service.store.models import RunState
+from triggerer.service.store.states import RunState
 from triggerer.service.store.types import utcnow
 
 PIPELINES = """

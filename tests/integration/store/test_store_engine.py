@@ -10,7 +10,7 @@ from sqlalchemy import text
 from triggerer.service.store import async_url, create_engine
 from triggerer.service.store import engine as engine_module
 from triggerer.service.store.engine import deployment_id
-from triggerer.service.store.models import trigger_key
+from triggerer.service.store.keys import trigger_key
 
 
 @pytest.mark.parametrize(

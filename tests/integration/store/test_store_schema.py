@@ -24,6 +24,7 @@ from triggerer.service.store import (
     session_factory,
     upgrade,
 )
+from triggerer.service.store.keys import asset_identity_key, trigger_key
 from triggerer.service.store.migrate import alembic_config
 from triggerer.service.store.models import (
     NAME_LENGTH,
@@ -38,8 +39,6 @@ from triggerer.service.store.models import (
     RunEvent,
     RunLogChunk,
     Trigger,
-    asset_identity_key,
-    trigger_key,
 )
 
 

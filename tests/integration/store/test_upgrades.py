@@ -35,8 +35,9 @@ from triggerer.service.events import NewEvent, record_events
 from triggerer.service.reads import queries, watcher_states
 from triggerer.service.runs import stored_logs as run_logs
 from triggerer.service.store import create_engine, head_revision, session_factory, upgrade
+from triggerer.service.store.keys import asset_identity_key, trigger_key
 from triggerer.service.store.migrate import MIGRATIONS_DIR, VERSION_TABLE, alembic_config
-from triggerer.service.store.models import Trigger, asset_identity_key, trigger_key
+from triggerer.service.store.models import Trigger
 
 pytestmark = pytest.mark.slow  # every migration, both stores: minutes (make test-slow)
 

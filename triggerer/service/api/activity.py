@@ -14,7 +14,7 @@ from triggerer.service.api.schemas import INT4_MAX, PIPELINE_ID, Limit, Since
 from triggerer.service.reads import activity
 from triggerer.service.reads.activity import Window
 from triggerer.service.reads.views import EventActivity, LagActivity, RunTimeline
-from triggerer.service.store.models import RunState
+from triggerer.service.store.states import RunState
 from triggerer.service.store.types import utcnow
 
 router = APIRouter(

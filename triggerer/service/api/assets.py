@@ -25,7 +25,7 @@ from triggerer.service.api.schemas import (
 )
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import AliasRow, AssetRow, EventRow, QueuedEventRow
-from triggerer.service.store.models import EventSource
+from triggerer.service.store.states import EventSource
 
 router = APIRouter(
     prefix="/assets", tags=["assets"], dependencies=[Depends(authorized)], responses=PROTECTED

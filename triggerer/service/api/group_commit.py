@@ -27,8 +27,8 @@ from triggerer.service.api.schemas import CreatedEvent, NewAssetEvent
 from triggerer.service.errors import NotFound, Refused
 from triggerer.service.events import Recorded, record_events
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
-from triggerer.service.store.models import EventSource
 from triggerer.service.store.notices import notify_queued
+from triggerer.service.store.states import EventSource
 
 if TYPE_CHECKING:
     from triggerer.service.scheduling.registry import Registry

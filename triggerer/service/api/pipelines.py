@@ -24,7 +24,7 @@ from triggerer.service.api.schemas import (
 from triggerer.service.reads import queries
 from triggerer.service.reads.explain import Explanation, explain
 from triggerer.service.reads.views import PipelineRow, QueuedEventRow, RunDetail, RunRow
-from triggerer.service.store.models import RunState
+from triggerer.service.store.states import RunState
 
 router = APIRouter(
     prefix="/pipelines",

@@ -15,7 +15,7 @@ from triggerer.service.api.schemas import PIPELINE_ID, Limit, Offset, RunId, Sin
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import RunDetail, RunRow
 from triggerer.service.runs import stored_logs as run_logs
-from triggerer.service.store.models import RunState
+from triggerer.service.store.states import RunState
 
 router = APIRouter(
     prefix="/runs", tags=["runs"], dependencies=[Depends(authorized)], responses=PROTECTED

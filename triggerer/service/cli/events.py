@@ -84,7 +84,7 @@ async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
     from triggerer.service import actions
     from triggerer.service.events import notify_recorded
     from triggerer.service.reads import queries
-    from triggerer.service.store.models import EventSource
+    from triggerer.service.store.states import EventSource
 
     listeners = listener_manager(settings.listeners.plugins)  # a bad plugin fails before writing
 

@@ -23,9 +23,9 @@ from triggerer.service.dead_letters import (
 )
 from triggerer.service.events import NewEvent, Recorded, record_events, stored_extras
 from triggerer.service.scheduling.registry import WatchedTrigger
-from triggerer.service.store.models import EventSource
 from triggerer.service.store.outages import until_stored
 from triggerer.service.store.source_checkpoints import furthest, record_checkpoints
+from triggerer.service.store.states import EventSource
 from triggerer.service.store.types import utcnow
 from triggerer.triggers import TriggerEvent
 

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service import metrics
 from triggerer.service.store import models
-from triggerer.service.store.models import FINISHED_RUN_STATES
+from triggerer.service.store.states import FINISHED_RUN_STATES
 from triggerer.service.store.types import utcnow
 
 if TYPE_CHECKING:

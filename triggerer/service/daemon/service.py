@@ -52,8 +52,8 @@ from triggerer.service.store import (
 from triggerer.service.store.engine import async_url, deployment_id, masked_url
 from triggerer.service.store.failures import STORE_ERRORS
 from triggerer.service.store.migrate import NewerSchema
-from triggerer.service.store.models import RunState
 from triggerer.service.store.outages import keep_running, until_stored
+from triggerer.service.store.states import RunState
 from triggerer.service.store.types import utcnow
 from watchers import providers
 

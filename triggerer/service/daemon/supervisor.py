@@ -16,8 +16,9 @@ from anyio.streams.memory import MemoryObjectSendStream
 from triggerer.backoff import backoff_s
 from triggerer.service import metrics
 from triggerer.service.store.failures import STORE_ERRORS
-from triggerer.service.store.models import NAME_LENGTH, TriggerState
+from triggerer.service.store.models import NAME_LENGTH
 from triggerer.service.store.outages import HEALTHY_AFTER_S, until_stored
+from triggerer.service.store.states import TriggerState
 from triggerer.service.store.types import storable_text, utcnow
 from triggerer.triggers import (
     SOURCE_MISSING_RETRY_MAX_S,

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import RunRow, View
 from triggerer.service.store import models
-from triggerer.service.store.models import ACTIVE_RUN_STATES, RefRole
+from triggerer.service.store.states import ACTIVE_RUN_STATES, RefRole
 
 
 class QueueState(View):

@@ -16,7 +16,7 @@ from triggerer.service.reads.explain import condition_of
 from triggerer.service.reads.views import View
 from triggerer.service.reads.watcher_states import watcher_failing, watcher_recovered
 from triggerer.service.store import models
-from triggerer.service.store.models import RefRole
+from triggerer.service.store.states import RefRole
 
 
 class Node(View):

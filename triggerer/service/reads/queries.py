@@ -32,7 +32,7 @@ from triggerer.service.reads.views import (
     RunRow,
 )
 from triggerer.service.store import models
-from triggerer.service.store.models import RefRole
+from triggerer.service.store.states import RefRole
 
 # -- Pipelines -------------------------------------------------------------------------------
 

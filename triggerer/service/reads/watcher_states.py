@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service.reads.views import WatcherRow
 from triggerer.service.store import models
-from triggerer.service.store.models import TriggerState
+from triggerer.service.store.states import TriggerState
 
 
 def watcher_failing(state: str) -> bool:

@@ -47,8 +47,8 @@ from triggerer.service.scheduling.registry import (
 from triggerer.service.store import models
 from triggerer.service.store.engine import async_url
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
-from triggerer.service.store.models import FINISHED_RUN_STATES, EventSource, RunState
 from triggerer.service.store.outages import until_stored
+from triggerer.service.store.states import FINISHED_RUN_STATES, EventSource, RunState
 from triggerer.service.store.types import storable_text, utcnow
 
 if TYPE_CHECKING:

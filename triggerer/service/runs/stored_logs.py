@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service.errors import NotFound
 from triggerer.service.store import models
-from triggerer.service.store.models import RunState
+from triggerer.service.store.states import RunState
 
 _CHUNK = models.RunLogChunk
 

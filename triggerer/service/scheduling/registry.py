@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from triggerer.assets import Asset, AssetAlias, AssetWatcher
 from triggerer.schedules import PartitionedAssetTimetable, next_tick
 from triggerer.service.store import models
-from triggerer.service.store.models import RefRole, TriggerState, import_error_key, trigger_key
+from triggerer.service.store.keys import import_error_key, trigger_key
+from triggerer.service.store.states import RefRole, TriggerState
 from triggerer.service.store.types import storable_text, utcnow
 from triggerer.triggers import UnusableTrigger, check_json, load_trigger
 

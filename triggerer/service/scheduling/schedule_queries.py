@@ -35,14 +35,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service.scheduling.picking import Queued
 from triggerer.service.store import models
-from triggerer.service.store.models import (
-    ACTIVE_RUN_STATES,
-    ID_LENGTH,
-    RefRole,
-    RunState,
-    RunType,
-)
+from triggerer.service.store.models import ID_LENGTH
 from triggerer.service.store.notices import notify_runs
+from triggerer.service.store.states import ACTIVE_RUN_STATES, RefRole, RunState, RunType
 from triggerer.service.store.types import utcnow
 
 if TYPE_CHECKING:

@@ -46,7 +46,7 @@ from triggerer.service.scheduling.schedule_queries import (
     record_error,
 )
 from triggerer.service.store.failures import is_outage
-from triggerer.service.store.models import RunType
+from triggerer.service.store.states import RunType
 from triggerer.service.store.types import storable_text, utcnow
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ Invariants the database enforces, so that no code path can break them:
   :mod:`triggerer.service.store.engine`).
 
 States and kinds are plain strings restricted by CHECK constraints (no PostgreSQL enum types, so
-adding a value is a one-line migration); the allowed values are the ``StrEnum`` classes below.
+adding a value is a one-line migration); the allowed values are the ``StrEnum`` classes of
+:mod:`triggerer.service.store.states`.
 Integer columns that refer to ``run.id`` are named ``*run_pk`` to keep them apart from the text
 key ``run.run_id``.
 """
@@ -29,9 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import hashlib
-import json
-from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -51,6 +49,15 @@ from sqlalchemy import (
 from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from triggerer.service.store.keys import asset_identity_key
+from triggerer.service.store.states import (
+    EventSource,
+    RefRole,
+    RunPolicy,
+    RunState,
+    RunType,
+    TriggerState,
+)
 from triggerer.service.store.types import BigId, Json, UtcDateTime, utcnow
 
 NAMING_CONVENTION: dict[str, str] = {
@@ -69,101 +76,9 @@ ID_LENGTH = 250
 """Longest pipeline id, run id, instance id, lease name and partition key."""
 
 
-class TriggerState(enum.StrEnum):
-    """Runtime state of a trigger's watcher, as reported by the instance running it."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    BACKOFF = "backoff"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-
-class EventSource(enum.StrEnum):
-    """What created an asset event."""
-
-    TRIGGER = "trigger"
-    REST_API = "rest_api"
-    RUN = "run"
-    CLI = "cli"
-    MANUAL = "manual"
-
-
-class RefRole(enum.StrEnum):
-    """How a pipeline refers to an asset or alias."""
-
-    SCHEDULE = "schedule"
-    OUTLET = "outlet"
-    INLET = "inlet"
-
-
-class RunPolicy(enum.StrEnum):
-    """How queued events are grouped into runs."""
-
-    COALESCE = "coalesce"
-    PER_EVENT = "per_event"
-
-
-class RunType(enum.StrEnum):
-    """Why a run was created."""
-
-    ASSET = "asset"
-    MANUAL = "manual"
-    CRON = "cron"
-    REST = "rest"
-
-
-class RunState(enum.StrEnum):
-    """Life cycle of a run."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCESS = "success"
-    FAILED = "failed"
-    UP_FOR_RETRY = "up_for_retry"
-    CANCELLING = "cancelling"
-    """Cancelled while running: the daemon running it stops its process group."""
-    CANCELLED = "cancelled"
-
-
-ACTIVE_RUN_STATES = (
-    RunState.QUEUED,
-    RunState.RUNNING,
-    RunState.UP_FOR_RETRY,
-    RunState.CANCELLING,  # its process is still being stopped
-)
-"""The states of the runs that count towards a pipeline's ``max_active_runs``."""
-FINISHED_RUN_STATES = (RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED)
-"""The states of the runs that are over: they may be re-run, not cancelled."""
-
-
 def _one_of(column: str, values: type[enum.StrEnum]) -> CheckConstraint:
     allowed = ", ".join(f"'{value}'" for value in values)
     return CheckConstraint(f"{column} IN ({allowed})", name=column)
-
-
-def _digest(value: Any) -> str:
-    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def trigger_key(classpath: str, kwargs: Mapping[str, Any]) -> str:
-    """The identity of a trigger: SHA-256 (hex) of the canonical JSON of ``[classpath, kwargs]``.
-
-    Equal ``serialize()`` results give the same key however the kwargs are ordered, so assets
-    watching the same trigger share one row. A digest rather than the JSON itself keeps the
-    unique index small whatever the kwargs hold.
-    """
-    return _digest([classpath, dict(kwargs)])
-
-
-def asset_identity_key(name: str, uri: str) -> str:
-    """The identity of an asset: SHA-256 (hex) of the JSON of ``[name, uri]``.
-
-    A unique index on the two 1500-character columns themselves could exceed PostgreSQL's
-    B-tree row limit (2704 bytes); the digest cannot.
-    """
-    return _digest([name, uri])
 
 
 def _default_identity_key(context: DefaultExecutionContext) -> str:
@@ -181,8 +96,8 @@ class Base(DeclarativeBase):
 class Asset(Base):
     """A data asset, identified by ``(name, uri)``; ``extra`` is not part of its identity.
 
-    ``identity_key`` is :func:`asset_identity_key` of ``(name, uri)``, filled in on insert; it
-    carries the uniqueness of the pair (and is the conflict target of an upsert).
+    ``identity_key`` is :func:`~.keys.asset_identity_key` of ``(name, uri)``, filled in on insert;
+    it carries the uniqueness of the pair (and is the conflict target of an upsert).
     """
 
     __tablename__ = "asset"
@@ -228,9 +143,9 @@ class AssetAliasAsset(Base):
 class Trigger(Base):
     """One trigger instance per distinct ``serialize()``, with its watcher's runtime state.
 
-    ``key`` is :func:`trigger_key` of ``(classpath, kwargs)``. The state columns are written by
-    the instance running the watcher (``instance_id``, the last one to report); with several
-    instances consuming the same queue, the latest report wins.
+    ``key`` is :func:`~.keys.trigger_key` of ``(classpath, kwargs)``. The state columns are
+    written by the instance running the watcher (``instance_id``, the last one to report); with
+    several instances consuming the same queue, the latest report wins.
     """
 
     __tablename__ = "trigger"
@@ -399,8 +314,8 @@ class PipelineImportError(Base):
     """A file of the pipelines folder that failed to load (or a folder that cannot be read),
     as of the last load of the folder: one row per file, gone once it loads again.
 
-    ``key`` is :func:`import_error_key` of ``fileloc`` (a path may be longer than a unique
-    index holds). ``line`` is the line in the file where it failed, when known; ``traceback``
+    ``key`` is :func:`~.keys.import_error_key` of ``fileloc`` (a path may be longer than a
+    unique index holds). ``line`` is the line in the file where it failed, when known; ``traceback``
     the last frames of the traceback. ``error_at`` is when this error (message and line) was
     first reported; ``updated_at`` when a load last reported it.
     """
@@ -414,11 +329,6 @@ class PipelineImportError(Base):
     traceback: Mapped[str | None] = mapped_column(Text)
     error_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
-
-
-def import_error_key(fileloc: str) -> str:
-    """The identity of an import error: SHA-256 (hex) of the JSON of its path."""
-    return _digest(fileloc)
 
 
 class PipelineAssetRef(Base):
