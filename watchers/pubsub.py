@@ -9,14 +9,12 @@ deadlines in :mod:`watchers.pubsub_acks`; the clients, the puller's and ``send``
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, TriggerEvent
 from watchers import pubsub_puller
 from watchers.clients import require
 from watchers.processing import Prepared, Processing, check_range
@@ -28,10 +26,12 @@ from watchers.pubsub_puller import (
     message_payload,
     missing,
 )
-from watchers.shared_readers import ReaderCounters, shared_of_type
+from watchers.shared_readers import SharedReaderTrigger, shared_of_type
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    from triggerer.triggers import TriggerEvent
 
 URI_FORM = "pubsub://PROJECT/SUBSCRIPTION"
 #: A project id (optionally domain-scoped, ``example.com:project``).
@@ -75,7 +75,7 @@ def parse_pubsub_uri(uri: str) -> tuple[str, str]:
     return project, subscription
 
 
-class PubSubTrigger(ReaderCounters, BaseEventTrigger):
+class PubSubTrigger(SharedReaderTrigger):
     """Yield one event per message of a Google Pub/Sub subscription.
 
     ``subscription`` is ``pubsub://PROJECT/SUBSCRIPTION``; the subscription must exist. The
@@ -153,9 +153,6 @@ class PubSubTrigger(ReaderCounters, BaseEventTrigger):
         """``projects/PROJECT/subscriptions/NAME``."""
         return f"projects/{self.project}/subscriptions/{self.name}"
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return self.classpath(), dict(self._kwargs)
-
     def reader_spec(self) -> ReaderSpec:
         """What the subscription's puller needs of this trigger."""
         kwargs = self._kwargs
@@ -163,12 +160,9 @@ class PubSubTrigger(ReaderCounters, BaseEventTrigger):
             subscription=self.subscription_path,
             emulator_host=kwargs["emulator_host"],
             connection=kwargs["connection"],
-            key=json.dumps(self.serialize(), sort_keys=True),
+            key=self.reader_key,
             prepare=self._prepare,
-            max_messages=kwargs["max_messages"],
-            pullers=kwargs["pullers"],
-            ack_deadline_s=kwargs["ack_deadline_s"],
-            max_deliveries=kwargs["max_deliveries"],
+            **self.options(pubsub_puller.PULLER_OPTIONS),
         )
 
     @property
@@ -184,14 +178,6 @@ class PubSubTrigger(ReaderCounters, BaseEventTrigger):
         reader = self._reader = await pullers.join(self.reader_spec(), self._stats)
         while True:
             yield await reader.next_event()
-
-    async def cleanup(self) -> None:
-        """Leave the subscription's puller: the last reader sends the acks due, nacks the
-        messages not acked (Pub/Sub delivers them again at once) and closes the client."""
-        reader, self._reader = self._reader, None
-        self._stats.lag = None
-        if reader is not None:
-            await reader.leave()
 
     def same_message(self, stored: Any, received: Any) -> bool:
         """Equal payloads, but for the ``delivery_attempt`` a redelivery counts up."""

@@ -53,6 +53,8 @@ log = structlog.get_logger(__name__)
 PULL_TIMEOUT_S = 30.0
 BACKOFF_MAX_S = 10.0
 CALL_TIMEOUT_S = 30.0
+#: The PubSubTrigger options of the puller: those of the first reader of a subscription.
+PULLER_OPTIONS = ("max_messages", "pullers", "ack_deadline_s", "max_deliveries")
 CLEANUP_TIMEOUT_S = 10.0
 #: gRPC status codes worth a retry: the service is away for a moment, or busy.
 TRANSIENT_CODES = frozenset(
@@ -119,7 +121,7 @@ class ReaderSpec:
     prepare: Callable[[Any], Prepared]
     """The reader's step from a received message to its payload and partition key. It may
     raise: the message is then nacked, and dead-lettered at last."""
-    # The puller's options: the first reader's are the puller's.
+    # The puller's options (PULLER_OPTIONS): the first reader's are the puller's.
     max_messages: int
     pullers: int
     ack_deadline_s: int | None

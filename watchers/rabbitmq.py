@@ -20,7 +20,6 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import rabbitmq_consumer
 from watchers.clients import require
 from watchers.first_start import first_start, started_key
@@ -29,10 +28,12 @@ from watchers.processing import Processing, check_range
 from watchers.rabbitmq_address import checkpoint_key, parse_rabbitmq_uri
 from watchers.rabbitmq_client import connect, declared
 from watchers.rabbitmq_readers import Reader, ReaderSpec, ReaderStats
-from watchers.shared_readers import ReaderCounters, shared_of_type
+from watchers.shared_readers import SharedReaderTrigger, shared_of_type
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
+
+    from triggerer.triggers import TriggerEvent, WatchedAsset
 
 STREAM_OFFSETS = ("first", "last", "next")
 DEFAULT_READER_NAME = "triggerer"
@@ -90,7 +91,7 @@ def _header_value(value: Any) -> Any:
     return str(value)
 
 
-class RabbitMqTrigger(ReaderCounters, BaseEventTrigger):
+class RabbitMqTrigger(SharedReaderTrigger):
     """Yield one event per message of a RabbitMQ queue, acked after the event is stored.
 
     ``queue`` is ``amqp://HOST[:5672]/VHOST/QUEUE`` (``%2F`` for the default vhost ``/``;
@@ -185,9 +186,6 @@ class RabbitMqTrigger(ReaderCounters, BaseEventTrigger):
         self._stats = ReaderStats()
         self._reader: Reader | None = None
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return self.classpath(), dict(self._kwargs)
-
     @property
     def reader(self) -> str:
         """The name its place in a stream queue is stored under."""
@@ -215,17 +213,14 @@ class RabbitMqTrigger(ReaderCounters, BaseEventTrigger):
         return ReaderSpec(
             queue=self.location,
             connection=kwargs["connection"],
-            key=json.dumps(self.serialize(), sort_keys=True),
+            key=self.reader_key,
             payload=message_payload,
             prepare=self._processing.prepare,
             checkpoint_key=checkpoint_key(self.location, self.reader),
-            prefetch=kwargs["prefetch"],
-            max_deliveries=kwargs["max_deliveries"],
-            broker_dead_letters=kwargs["broker_dead_letters"],
-            stream_offset=kwargs["stream_offset"],
+            **self.options(rabbitmq_consumer.CONSUMER_OPTIONS),
         )
 
-    # Counters since the trigger was made: ReaderCounters' and these.
+    # Counters since the trigger was made: SharedReaderTrigger's and these.
 
     @property
     def acked(self) -> int:
@@ -256,14 +251,6 @@ class RabbitMqTrigger(ReaderCounters, BaseEventTrigger):
         )
         while True:
             yield await reader.next_event()
-
-    async def cleanup(self) -> None:
-        """Leave the queue's consumer: messages of events not yet acked go back to the queue;
-        the last reader closes the connection."""
-        reader, self._reader = self._reader, None
-        self._stats.lag = None
-        if reader is not None:
-            await reader.leave()
 
 
 # -- the RabbitMQ provider: amqp:// URIs, the producer, and the consumers triggers share

@@ -5,7 +5,7 @@ the RabbitMQ consumer (:mod:`watchers.rabbitmq_consumer`) and the Kafka fetcher
 (:mod:`watchers.kafka_fetcher`) each read a source once in a daemon and hand every message to
 each trigger reading it. What they share is here: the context naming the shared readers in
 effect (:class:`Sharing`), the counters a reader keeps for its trigger (:class:`ReaderStats`,
-shown by the trigger through :class:`ReaderCounters`), what stops a reader
+shown by the trigger, a :class:`SharedReaderTrigger`), what stops a reader
 (:class:`ReaderFailure`), a reader's bounded end (:class:`BufferedReader`), the watchers the
 daemon runs on each source (:class:`ExpectedReaders`, :func:`all_joined`) and stopping a
 reader's tasks (:func:`cancel_and_wait`). Each provider keeps its broker's calls.
@@ -17,18 +17,20 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import json
 from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from triggerer.providers import SharedReaders
+from triggerer.triggers import BaseEventTrigger
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from structlog.typing import FilteringBoundLogger
 
-    from triggerer.triggers import BaseEventTrigger, TriggerEvent
+    from triggerer.triggers import TriggerEvent
 
 SharedT = TypeVar("SharedT")
 SpecT = TypeVar("SpecT")
@@ -76,10 +78,39 @@ class ReaderStats:
     last_poll_at: datetime | None = None
 
 
-class ReaderCounters:
-    """A trigger's counters since it was made, read from the stats its shared reader writes."""
+class _Leaves(Protocol):
+    async def leave(self) -> None: ...
 
+
+class SharedReaderTrigger(BaseEventTrigger):
+    """A trigger that reads through a shared reader: its options as given (``_kwargs``, what it
+    serializes, and so the key telling it from the other readers of its source), the reader it
+    joined, and its counters since it was made, read from the stats the reader writes."""
+
+    _kwargs: dict[str, Any]
     _stats: ReaderStats
+    _reader: _Leaves | None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return self.classpath(), dict(self._kwargs)
+
+    def options(self, names: Iterable[str]) -> dict[str, Any]:
+        """Its options of ``names``, as given."""
+        return {name: self._kwargs[name] for name in names}
+
+    @property
+    def reader_key(self) -> str:
+        """Tells its reader from the other readers of the source: equal triggers share it."""
+        return json.dumps(self.serialize(), sort_keys=True)
+
+    async def cleanup(self) -> None:
+        """Leave the shared reader: the messages of its events not acked yet go back to the
+        source (or are held for it while the daemon runs its watcher); the last reader to leave
+        closes the shared reader."""
+        reader, self._reader = self._reader, None
+        self._stats.lag = None
+        if reader is not None:
+            await reader.leave()
 
     @property
     def received(self) -> int:

@@ -8,7 +8,6 @@ and ``sqs_client``), which a trigger reads through with a ``ReaderSpec`` and who
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,16 +17,16 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, TriggerEvent
 from watchers import sqs_session
 from watchers.payloads import decode_body
 from watchers.processing import Prepared, Processing, check_range
-from watchers.shared_readers import ReaderCounters, shared_of_type
+from watchers.shared_readers import SharedReaderTrigger, shared_of_type
 from watchers.sqs_address import is_sqs_queue_url, parse_queue
 from watchers.sqs_client import MAX_MESSAGES, client_options, is_missing_queue
 from watchers.sqs_session import Reader, ReaderSpec, ReaderStats
 
 if TYPE_CHECKING:
+    from triggerer.triggers import TriggerEvent
     from watchers.filters import PayloadFilter
 
 MAX_WAIT_TIME_S = 20
@@ -52,7 +51,7 @@ def message_payload(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class SqsTrigger(ReaderCounters, BaseEventTrigger):
+class SqsTrigger(SharedReaderTrigger):
     """Yield one event per SQS message, or per receive with ``batch=True``.
 
     ``queue`` is a queue URL, a queue name or ``sqs://name?region=..&endpoint_url=..``. The
@@ -139,27 +138,19 @@ class SqsTrigger(ReaderCounters, BaseEventTrigger):
         self._stats = ReaderStats()
         self._reader: Reader | None = None
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return self.classpath(), dict(self._kwargs)
-
     def reader_spec(self) -> ReaderSpec:
         """What the queue's session needs of this trigger."""
         kwargs = self._kwargs
         return ReaderSpec(
             queue=self.location,
             connection=kwargs["connection"],
-            key=json.dumps(self.serialize(), sort_keys=True),
+            key=self.reader_key,
             prepare=self._prepare,
             batch=kwargs["batch"],
-            wait_time_s=kwargs["wait_time_s"],
-            max_messages=kwargs["max_messages"],
-            receivers=kwargs["receivers"],
-            visibility_timeout_s=kwargs["visibility_timeout_s"],
-            dead_letter_queue=kwargs["dead_letter_queue"],
-            max_receives=kwargs["max_receives"],
+            **self.options(sqs_session.POLLER_OPTIONS),
         )
 
-    # Counters since the trigger was made: ReaderCounters' and this one.
+    # Counters since the trigger was made: SharedReaderTrigger's and this one.
 
     @property
     def deleted(self) -> int:
@@ -176,14 +167,6 @@ class SqsTrigger(ReaderCounters, BaseEventTrigger):
                 yield await reader.next_event()
         finally:
             reader.stop_reading()
-
-    async def cleanup(self) -> None:
-        """Leave the queue's session: the last reader flushes pending deletes, makes unacked
-        messages visible again and closes the client."""
-        reader, self._reader = self._reader, None
-        self._stats.lag = None
-        if reader is not None:
-            await reader.leave()
 
     def same_message(self, stored: Any, received: Any) -> bool:
         """Equal payloads, but for the ``Approximate*`` attributes a redelivery changes."""
