@@ -21,6 +21,7 @@ from triggerer.connections import get_connection
 from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers import kafka_fetcher
+from watchers.clients import check_settings
 from watchers.filters import lookup
 from watchers.kafka_client import (
     BACKOFF_MAX_S,
@@ -49,7 +50,6 @@ CONNECTION_KEYS = frozenset(
 )
 #: Settings of a named connection that build the TLS context.
 SSL_KEYS = frozenset({"ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"})
-_VALID_CONNECTION_KEYS = ", ".join(sorted(CONNECTION_KEYS | SSL_KEYS))
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 
 _CLOSE_TIMEOUT_S = 10.0
@@ -371,12 +371,7 @@ def security_options(connection: str | None) -> dict[str, Any]:
     if connection is None:
         return {}
     settings = get_connection(connection)
-    unknown = set(settings) - CONNECTION_KEYS - SSL_KEYS
-    if unknown:
-        raise ValueError(
-            f"connection {connection!r} has settings KafkaTrigger does not know: "
-            f"{', '.join(sorted(unknown))}; valid: {_VALID_CONNECTION_KEYS}"
-        )
+    check_settings(connection, settings, CONNECTION_KEYS | SSL_KEYS, "KafkaTrigger")
     options = {key: value for key, value in settings.items() if key in CONNECTION_KEYS}
     ssl = {key.removeprefix("ssl_"): value for key, value in settings.items() if key in SSL_KEYS}
     if ssl:

@@ -27,7 +27,7 @@ from triggerer.backoff import Backoff
 from triggerer.connections import get_connection
 from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
-from watchers.clients import require
+from watchers.clients import check_settings, require
 from watchers.mqtt_address import MqttAddress, parse_mqtt_uri
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
@@ -404,12 +404,7 @@ def _without_retain(payload: Any) -> Any:
 def _connection_settings(name: str | None, address: MqttAddress) -> dict[str, Any]:
     """The named connection's settings, checked; ``tls`` set by an ``mqtts://`` URI too."""
     settings = {} if name is None else get_connection(name)
-    unknown = set(settings) - CONNECTION_KEYS
-    if unknown:
-        raise ValueError(
-            f"connection {name!r} has settings MQTT does not know: {', '.join(sorted(unknown))}; "
-            f"valid: {', '.join(sorted(CONNECTION_KEYS))}"
-        )
+    check_settings(name, settings, CONNECTION_KEYS, "MQTT")
     if address.tls:
         settings["tls"] = True
     return settings

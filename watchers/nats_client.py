@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from triggerer.connections import get_connection
-from watchers.clients import require
+from watchers.clients import check_settings, require
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -139,12 +139,7 @@ def connect_options(connection: str | None) -> dict[str, Any]:
     if connection is None:
         return {}
     settings = get_connection(connection)
-    unknown = set(settings) - CONNECTION_KEYS
-    if unknown:
-        raise ValueError(
-            f"connection {connection!r} has settings the NATS provider does not know: "
-            f"{', '.join(sorted(unknown))}; valid: {', '.join(sorted(CONNECTION_KEYS))}"
-        )
+    check_settings(connection, settings, CONNECTION_KEYS, "the NATS provider")
     options: dict[str, Any] = {}
     for key in ("user", "password", "token", "name", "tls_hostname"):
         if key in settings:

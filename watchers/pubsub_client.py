@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from triggerer.connections import get_connection
-from watchers.clients import require
+from watchers.clients import check_settings, require
 
 if TYPE_CHECKING:
     from google.pubsub_v1.services.publisher import PublisherAsyncClient
@@ -48,12 +48,7 @@ async def connect(
     subscriber_module = require("google.pubsub_v1.services.subscriber", "pubsub")
     publisher_module = require("google.pubsub_v1.services.publisher", "pubsub")
     settings = get_connection(connection) if connection is not None else {}
-    unknown = set(settings) - CONNECTION_KEYS
-    if unknown:
-        raise ValueError(
-            f"connection {connection!r} has settings the Pub/Sub watcher does not know: "
-            f"{', '.join(sorted(unknown))}; valid: {', '.join(sorted(CONNECTION_KEYS))}"
-        )
+    check_settings(connection, settings, CONNECTION_KEYS, "the Pub/Sub watcher")
     host = emulator_host or os.environ.get("PUBSUB_EMULATOR_HOST") or None
     if host is not None:
         # The GAPIC asyncio clients ignore PUBSUB_EMULATOR_HOST: they are handed the channel.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from triggerer.connections import get_connection
 from triggerer.triggers import SourceMissing
-from watchers.clients import require
+from watchers.clients import check_settings, require
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection
@@ -41,12 +41,7 @@ async def connect(queue: RabbitQueue, connection: str | None) -> AbstractConnect
     aio_pika = require("aio_pika", "rabbitmq")
     aiormq = require("aiormq", "rabbitmq")
     settings = get_connection(connection) if connection is not None else {}
-    unknown = set(settings) - CONNECTION_KEYS
-    if unknown:
-        raise ValueError(
-            f"connection {connection!r} has settings RabbitMqTrigger does not know: "
-            f"{', '.join(sorted(unknown))}; valid: {', '.join(sorted(CONNECTION_KEYS))}"
-        )
+    check_settings(connection, settings, CONNECTION_KEYS, "RabbitMqTrigger")
     tls = queue.tls or bool(settings.get("ssl"))
     context = None
     if tls:

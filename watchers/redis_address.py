@@ -8,7 +8,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from triggerer.connections import get_connection
-from watchers.clients import require
+from watchers.clients import check_settings, require
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -94,12 +94,7 @@ def connection_options(connection: str | None) -> dict[str, Any]:
     if connection is None:
         return {}
     settings = get_connection(connection)
-    unknown = set(settings) - CONNECTION_KEYS
-    if unknown:
-        raise ValueError(
-            f"connection {connection!r} has settings the Redis watchers do not know: "
-            f"{', '.join(sorted(unknown))}; valid: {', '.join(sorted(CONNECTION_KEYS))}"
-        )
+    check_settings(connection, settings, CONNECTION_KEYS, "the Redis provider")
     return settings
 
 
