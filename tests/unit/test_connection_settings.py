@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from watchers import kafka, mqtt, nats_client, redis_address
-from watchers.mqtt_address import parse_mqtt_uri
+from watchers import kafka, nats_client, redis_address
+from watchers.mqtt import trigger as mqtt
+from watchers.mqtt.address import parse_mqtt_uri
 
 READERS: list[tuple[Any, Callable[[str], object], str, str]] = [
     (kafka, kafka.security_options, "KafkaTrigger", "sasl_mechanism"),

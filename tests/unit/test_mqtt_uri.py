@@ -9,7 +9,7 @@ import pytest
 
 from triggerer.triggers import UnusableTrigger
 from watchers import MessageQueueTrigger, MqttTrigger
-from watchers.mqtt_address import MqttAddress, parse_mqtt_uri
+from watchers.mqtt.address import MqttAddress, parse_mqtt_uri
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """MQTT watcher: ``MqttTrigger`` reads one topic filter at QoS 1 in a persistent MQTT 5 session
 and sends a message's PUBACK only after its event is committed; ``send`` publishes. The URIs
-are parsed in ``watchers.mqtt_address``.
+are parsed in ``watchers.mqtt.address``.
 
 aiomqtt (over paho-mqtt 2) acknowledges a QoS 1 message as soon as it is received, which would
 lose the messages held when the daemon dies. aiomqtt 2.5 has no option for it yet (its pull
@@ -28,7 +28,7 @@ from triggerer.connections import get_connection
 from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
 from watchers.clients import check_settings, require
-from watchers.mqtt_address import MqttAddress, parse_mqtt_uri
+from watchers.mqtt.address import MqttAddress, parse_mqtt_uri
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
 
@@ -101,6 +101,10 @@ class MqttTrigger(BaseEventTrigger):
     dead letter (the broker keeps no delivery count to go by). ``connection`` names the
     ``[connections.NAME]`` with ``username``, ``password``, ``tls`` and TLS files.
     """
+
+    # The classpath serialize() writes, and so a stored trigger's key, stays the one a store
+    # holds from before the package: ``watchers.mqtt.MqttTrigger``.
+    __module__ = "watchers.mqtt"
 
     uri: str
     client_id: str | None = None
