@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from watchers.kinesis import PROVIDER, KinesisTrigger, parse_kinesis_uri
-from watchers.kinesis_reader import ShardReader
+from watchers.kinesis.reader import ShardReader
 from watchers.queue import MessageQueueTrigger
 
 

@@ -27,7 +27,7 @@ from triggerer import checkpoints, connections
 from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import KinesisTrigger, MessageQueueTrigger
 from watchers.kinesis import send
-from watchers.kinesis_reader import KinesisClient, ShardReader
+from watchers.kinesis.reader import KinesisClient, ShardReader
 
 if TYPE_CHECKING:
     from tests.fixtures.kinesis import MakeStream

@@ -5,7 +5,7 @@ Kinesis has no acknowledgement: a reader keeps its place (a sequence number per 
 Each event carries its record's place (``TriggerEvent.checkpoint``), which the daemon stores in
 the transaction of the event, so a watcher that starts again reads on after exactly what is
 stored, and a record read again before that commit is absorbed by its dedup key. The shards
-themselves are read by :class:`watchers.kinesis_reader.ShardReader`.
+themselves are read by :class:`watchers.kinesis.reader.ShardReader`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
 
 if TYPE_CHECKING:
-    from watchers.kinesis_reader import KinesisClient
+    from watchers.kinesis.reader import KinesisClient
 
 log = structlog.get_logger(__name__)
 
@@ -128,6 +128,10 @@ class KinesisTrigger(BaseEventTrigger):
     not in records: see :attr:`millis_behind_latest`).
     """
 
+    # The classpath serialize() writes, and so a stored trigger's key, stays the one a store
+    # holds from before the package: ``watchers.kinesis.KinesisTrigger``.
+    __module__ = "watchers.kinesis"
+
     stream: str
     region_name: str | None = None
     endpoint_url: str | None = None
@@ -210,7 +214,7 @@ class KinesisTrigger(BaseEventTrigger):
         return f"kinesis/{self.stream}/{self.application}/"
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from watchers.kinesis_reader import KinesisClient, ShardReader
+        from watchers.kinesis.reader import KinesisClient, ShardReader
 
         self._processing.load()
         prefix = self.checkpoint_prefix()
@@ -266,7 +270,7 @@ class KinesisTrigger(BaseEventTrigger):
         """A stream that does not exist is the watcher's error, naming it and the endpoint."""
         from botocore.exceptions import ClientError
 
-        from watchers.kinesis_reader import error_code
+        from watchers.kinesis.reader import error_code
 
         try:
             await client.call("describe_stream_summary", StreamName=self.stream)
@@ -347,7 +351,7 @@ async def send(uri: str, bodies: Sequence[str], connection: str | None = None) -
     from botocore.exceptions import ClientError, HTTPClientError
     from botocore.exceptions import ConnectionError as BotoConnectionError
 
-    from watchers.kinesis_reader import KinesisClient, error_code
+    from watchers.kinesis.reader import KinesisClient, error_code
 
     stream, region, endpoint = parse_kinesis_uri(uri)
     client = KinesisClient()
