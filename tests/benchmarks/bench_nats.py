@@ -4,7 +4,7 @@
 
 Starts a nats-server of its own (file store). Each round reads one filled stream through two new
 durable pull consumers: the raw loop fetches ``BATCH`` messages at a time and acks each, without
-making payloads; the trigger (which pulls by hand, watchers/nats_pull.py) acks each event as it
+making payloads; the trigger (which pulls by hand, watchers/nats/pull.py) acks each event as it
 comes (as the daemon does after its commit).
 The rounds take turns and each loop keeps its median. The latency part publishes one message at
 a time to a running trigger and times each until its event is yielded (produce -> event,

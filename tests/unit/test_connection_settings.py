@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from watchers import kafka, nats_client, redis_address
+from watchers import kafka, redis_address
 from watchers.mqtt import trigger as mqtt
 from watchers.mqtt.address import parse_mqtt_uri
+from watchers.nats import client as nats_client
 
 READERS: list[tuple[Any, Callable[[str], object], str, str]] = [
     (kafka, kafka.security_options, "KafkaTrigger", "sasl_mechanism"),

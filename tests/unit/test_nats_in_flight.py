@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from watchers.nats_in_flight import ACK, NAK, InFlight
+from watchers.nats.in_flight import ACK, NAK, InFlight
 
 if TYPE_CHECKING:
     from nats.aio.client import Client

@@ -9,8 +9,8 @@ import pytest
 
 from triggerer.triggers import UnusableTrigger, load_trigger
 from watchers import MessageQueueTrigger, NatsTrigger
-from watchers.nats import _DEPLOYMENT, PROVIDER, dedup_key, message_payload, watcher_durable
-from watchers.nats_client import NatsAddress, connect_options, parse_created_ns, parse_nats_uri
+from watchers.nats.client import NatsAddress, connect_options, parse_created_ns, parse_nats_uri
+from watchers.nats.trigger import _DEPLOYMENT, PROVIDER, dedup_key, message_payload, watcher_durable
 
 
 @dataclasses.dataclass(frozen=True)

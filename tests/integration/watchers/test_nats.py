@@ -20,10 +20,10 @@ from structlog.testing import capture_logs
 from tests.fixtures.nats import SHARED_NATS, create_stream
 from tests.fixtures.triggers import running, take
 from triggerer.triggers import SourceMissing, TriggerEvent
-from watchers import nats_client
 from watchers.nats import PROVIDER, NatsTrigger
-from watchers.nats_in_flight import IN_PROGRESS, InFlight
-from watchers.nats_pull import Pull, PullEnded
+from watchers.nats import client as nats_client
+from watchers.nats.in_flight import IN_PROGRESS, InFlight
+from watchers.nats.pull import Pull, PullEnded
 
 if TYPE_CHECKING:
     from deploy.local.services import Service

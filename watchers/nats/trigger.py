@@ -19,11 +19,11 @@ import structlog
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, WatchedAsset
-from watchers import nats_client
 from watchers.clients import require
 from watchers.first_start import FirstStart, first_start, started_key
-from watchers.nats_in_flight import InFlight, MessageAck
-from watchers.nats_pull import Pull, PullEnded
+from watchers.nats import client as nats_client
+from watchers.nats.in_flight import InFlight, MessageAck
+from watchers.nats.pull import Pull, PullEnded
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
 
@@ -77,6 +77,10 @@ class NatsTrigger(BaseEventTrigger):
     In the daemon, the durable is derived from the watcher (:func:`watcher_durable`), so each
     watcher of a subject sees every message and instances of one deployment share its work.
     """
+
+    # The classpath serialize() writes, and so a stored trigger's key, stays the one a store
+    # holds from before the package: ``watchers.nats.NatsTrigger``.
+    __module__ = "watchers.nats"
 
     servers: str
     stream: str
