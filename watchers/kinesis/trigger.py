@@ -128,10 +128,6 @@ class KinesisTrigger(BaseEventTrigger):
     not in records: see :attr:`millis_behind_latest`).
     """
 
-    # The classpath serialize() writes, and so a stored trigger's key, stays the one a store
-    # holds from before the package: ``watchers.kinesis.KinesisTrigger``.
-    __module__ = "watchers.kinesis"
-
     stream: str
     region_name: str | None = None
     endpoint_url: str | None = None
@@ -400,3 +396,8 @@ async def _put(client: KinesisClient, stream: str, bodies: Sequence[str]) -> lis
 
 
 PROVIDER = Provider(name="kinesis", schemes=("kinesis",), trigger=_trigger_of_uri, send=send)
+
+# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
+# package, ``watchers.kinesis.KinesisTrigger``. Set once the class is made, as the dataclass
+# decorator reads the annotations in the module that defines the class.
+KinesisTrigger.__module__ = "watchers.kinesis"

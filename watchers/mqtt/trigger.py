@@ -102,10 +102,6 @@ class MqttTrigger(BaseEventTrigger):
     ``[connections.NAME]`` with ``username``, ``password``, ``tls`` and TLS files.
     """
 
-    # The classpath serialize() writes, and so a stored trigger's key, stays the one a store
-    # holds from before the package: ``watchers.mqtt.MqttTrigger``.
-    __module__ = "watchers.mqtt"
-
     uri: str
     client_id: str | None = None
     session_expiry_s: int = 86_400
@@ -536,3 +532,8 @@ def _trigger_of_uri(uri: str, **options: Any) -> MqttTrigger:
 
 
 PROVIDER = Provider(name="mqtt", schemes=("mqtt", "mqtts"), trigger=_trigger_of_uri, send=send)
+
+# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
+# package, ``watchers.mqtt.MqttTrigger``. Set once the class is made, as the dataclass decorator
+# reads the annotations in the module that defines the class.
+MqttTrigger.__module__ = "watchers.mqtt"

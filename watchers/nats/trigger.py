@@ -78,10 +78,6 @@ class NatsTrigger(BaseEventTrigger):
     watcher of a subject sees every message and instances of one deployment share its work.
     """
 
-    # The classpath serialize() writes, and so a stored trigger's key, stays the one a store
-    # holds from before the package: ``watchers.nats.NatsTrigger``.
-    __module__ = "watchers.nats"
-
     servers: str
     stream: str
     subject: str
@@ -489,3 +485,8 @@ PROVIDER = Provider(
     send=nats_client.send,
     shared=_Deployment,
 )
+
+# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
+# package, ``watchers.nats.NatsTrigger``. Set once the class is made, as the dataclass decorator
+# reads the annotations in the module that defines the class.
+NatsTrigger.__module__ = "watchers.nats"
