@@ -13,8 +13,7 @@ if typing.TYPE_CHECKING:
     from watchers.pubsub import PubSubTrigger
     from watchers.queue import MessageQueueTrigger
     from watchers.rabbitmq import RabbitMqTrigger
-    from watchers.redis_pubsub import RedisPubSubTrigger
-    from watchers.redis_streams import RedisStreamTrigger
+    from watchers.redis import RedisPubSubTrigger, RedisStreamTrigger
     from watchers.sqs import SqsTrigger
 
 __all__ = (
@@ -40,8 +39,8 @@ _HOME_OF = {
     "KinesisTrigger": "watchers.kinesis",
     "MessageQueueTrigger": "watchers.queue",
     "RabbitMqTrigger": "watchers.rabbitmq",
-    "RedisPubSubTrigger": "watchers.redis_pubsub",
-    "RedisStreamTrigger": "watchers.redis_streams",
+    "RedisPubSubTrigger": "watchers.redis",
+    "RedisStreamTrigger": "watchers.redis",
     "MqttTrigger": "watchers.mqtt",
     "NatsTrigger": "watchers.nats",
     "PubSubTrigger": "watchers.pubsub",

@@ -32,8 +32,8 @@ BUILT_IN = {
     "kinesis": "watchers.kinesis:PROVIDER",
     "pubsub": "watchers.pubsub:PROVIDER",
     "nats": "watchers.nats:PROVIDER",
-    "redis+stream": "watchers.redis_streams:PROVIDER",
-    "redis+pubsub": "watchers.redis_pubsub:PROVIDER",
+    "redis+stream": "watchers.redis.streams:PROVIDER",
+    "redis+pubsub": "watchers.redis.pubsub:PROVIDER",
     "mqtt": "watchers.mqtt:PROVIDER",
     "mqtts": "watchers.mqtt:PROVIDER",  # MQTT over TLS
 }

@@ -29,7 +29,7 @@ from tests.benchmarks.harness import Bench, main, on_server
 from tests.benchmarks.providers import MESSAGE_BYTES, ack_each, order
 from tests.fixtures.redis import redis_server
 from triggerer.triggers import TriggerEvent
-from watchers.redis_streams import RedisStreamTrigger
+from watchers.redis.streams import RedisStreamTrigger
 
 ROUNDS = 3
 BATCH = 100

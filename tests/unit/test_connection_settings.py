@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from watchers import kafka, redis_address
+from watchers import kafka
 from watchers.mqtt import trigger as mqtt
 from watchers.mqtt.address import parse_mqtt_uri
 from watchers.nats import client as nats_client
+from watchers.redis import address as redis_address
 
 READERS: list[tuple[Any, Callable[[str], object], str, str]] = [
     (kafka, kafka.security_options, "KafkaTrigger", "sasl_mechanism"),

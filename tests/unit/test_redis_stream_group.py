@@ -9,9 +9,9 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from watchers import redis_stream_group
-from watchers.redis_address import RedisAddress
-from watchers.redis_stream_group import StreamGroupReader
+from watchers.redis import stream_group as redis_stream_group
+from watchers.redis.address import RedisAddress
+from watchers.redis.stream_group import StreamGroupReader
 
 
 class HangingRedis:

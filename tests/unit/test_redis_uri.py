@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from watchers import MessageQueueTrigger, RedisPubSubTrigger, RedisStreamTrigger
-from watchers.redis_address import RedisAddress
-from watchers.redis_pubsub import AT_MOST_ONCE, parse_channel_uri
-from watchers.redis_streams import PROVIDER, parse_stream_uri
+from watchers.redis.address import RedisAddress
+from watchers.redis.pubsub import AT_MOST_ONCE, parse_channel_uri
+from watchers.redis.streams import PROVIDER, parse_stream_uri
 
 
 @pytest.mark.parametrize(

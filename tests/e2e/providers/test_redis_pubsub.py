@@ -16,7 +16,7 @@ import pytest
 from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
 from tests.e2e.providers.contract import Source, daemon, listed, numbers, watching
 from tests.fixtures.redis import SHARED_REDIS_HOST, SHARED_REDIS_PORT
-from watchers.redis_pubsub import AT_MOST_ONCE, send
+from watchers.redis.pubsub import AT_MOST_ONCE, send
 
 MESSAGES = 200
 

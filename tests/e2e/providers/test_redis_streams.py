@@ -33,7 +33,7 @@ from tests.e2e.providers.contract import (
     watching,
 )
 from tests.fixtures.redis import SHARED_REDIS_HOST, SHARED_REDIS_PORT, create_stream
-from watchers.redis_streams import send
+from watchers.redis.streams import send
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from tests.fixtures.redis import SHARED_REDIS_HOST, SHARED_REDIS_PORT
 from triggerer.triggers import TriggerEvent
 from watchers import MessageQueueTrigger, RedisPubSubTrigger
-from watchers.redis_pubsub import send
+from watchers.redis.pubsub import send
 
 if TYPE_CHECKING:
     from deploy.local.services import Service

@@ -18,7 +18,7 @@ from tests.fixtures.triggers import running, take
 from triggerer import connections
 from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
 from watchers import MessageQueueTrigger, RedisStreamTrigger
-from watchers.redis_streams import PROVIDER, RedisStreamMissing, send
+from watchers.redis.streams import PROVIDER, RedisStreamMissing, send
 
 if TYPE_CHECKING:
     from deploy.local.services import Service

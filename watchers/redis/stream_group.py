@@ -26,7 +26,7 @@ import structlog
 
 from triggerer.triggers import SourceMissing
 from watchers.clients import require
-from watchers.redis_address import RedisAddress, transient_errors
+from watchers.redis.address import RedisAddress, transient_errors
 
 if TYPE_CHECKING:
     import redis.asyncio
