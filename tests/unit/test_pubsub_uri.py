@@ -10,7 +10,7 @@ from google.pubsub_v1.types import PubsubMessage
 
 from watchers import MessageQueueTrigger, PubSubTrigger
 from watchers.pubsub import parse_pubsub_uri
-from watchers.pubsub_puller import dedup_key
+from watchers.pubsub.puller import dedup_key
 
 
 def test_a_uri_names_the_project_and_the_subscription() -> None:

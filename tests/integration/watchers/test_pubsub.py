@@ -15,9 +15,10 @@ from structlog.testing import capture_logs
 from tests.fixtures.pubsub import PROJECT, Admin
 from tests.fixtures.triggers import running, take, until
 from triggerer.triggers import TriggerEvent, load_trigger
-from watchers import MessageQueueTrigger, PubSubTrigger, pubsub_puller
+from watchers import MessageQueueTrigger, PubSubTrigger
+from watchers.pubsub import puller as pubsub_puller
 from watchers.pubsub import send
-from watchers.pubsub_puller import MissingSubscription
+from watchers.pubsub.puller import MissingSubscription
 
 if TYPE_CHECKING:
     from deploy.local.services import Service

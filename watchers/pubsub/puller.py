@@ -1,7 +1,7 @@
 """The puller of one Google Pub/Sub subscription, and the readers it hands each message to.
 
-The puller composes the rest: its clients (:mod:`watchers.pubsub_client`) and the messages it
-holds, with their acks, nacks and deadline extensions (:mod:`watchers.pubsub_acks`).
+The puller composes the rest: its clients (:mod:`watchers.pubsub.client`) and the messages it
+holds, with their acks, nacks and deadline extensions (:mod:`watchers.pubsub.acks`).
 
 Every trigger reading the subscription is a reader of its puller and is handed each message; a
 message is acknowledged once every reader is done with it (its event committed and acked, or
@@ -31,8 +31,8 @@ from triggerer.triggers import SourceMissing, TriggerEvent
 from watchers import shared_readers
 from watchers.clients import require
 from watchers.payloads import decode_body
-from watchers.pubsub_acks import HeldMessages
-from watchers.pubsub_client import connect
+from watchers.pubsub.acks import HeldMessages
+from watchers.pubsub.client import connect
 from watchers.shared_readers import (
     BufferedReader,
     ExpectedReaders,
@@ -44,8 +44,8 @@ from watchers.shared_readers import (
 
 if TYPE_CHECKING:
     from watchers.processing import Prepared
-    from watchers.pubsub_acks import Held
-    from watchers.pubsub_client import Clients
+    from watchers.pubsub.acks import Held
+    from watchers.pubsub.client import Clients
 
 log = structlog.get_logger(__name__)
 

@@ -1,10 +1,10 @@
 """Google Pub/Sub watcher: ``PubSubTrigger``, its ``pubsub://PROJECT/SUBSCRIPTION`` URIs, the
 producer ``send`` and ``PROVIDER``.
 
-The pulling lives in :mod:`watchers.pubsub_puller`, which a trigger reads through with a
+The pulling lives in :mod:`watchers.pubsub.puller`, which a trigger reads through with a
 ``ReaderSpec`` and whose ``ReaderStats`` hold its counters, lag and last poll; its acks and
-deadlines in :mod:`watchers.pubsub_acks`; the clients, the puller's and ``send``'s, in
-:mod:`watchers.pubsub_client`.
+deadlines in :mod:`watchers.pubsub.acks`; the clients, the puller's and ``send``'s, in
+:mod:`watchers.pubsub.client`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider
-from watchers import pubsub_puller
 from watchers.clients import require
 from watchers.processing import Prepared, Processing, check_range
-from watchers.pubsub_client import connect
-from watchers.pubsub_puller import (
+from watchers.pubsub import puller as pubsub_puller
+from watchers.pubsub.client import connect
+from watchers.pubsub.puller import (
     Reader,
     ReaderSpec,
     ReaderStats,
@@ -81,7 +81,7 @@ class PubSubTrigger(SharedReaderTrigger):
     ``subscription`` is ``pubsub://PROJECT/SUBSCRIPTION``; the subscription must exist. The
     payload is ``{"message_id", "body", "attributes", "publish_time", "ordering_key",
     "delivery_attempt"}`` and the dedup key ``<subscription>/<message_id>@<publish_time>``
-    (:func:`~watchers.pubsub_puller.dedup_key`). ``filter`` is
+    (:func:`~watchers.pubsub.puller.dedup_key`). ``filter`` is
     checked on the payload, then ``apply_function`` (dotted path) may replace it; a message
     either drops is acknowledged. ``partition_key_path`` picks the partition key from the final
     payload.
@@ -257,3 +257,8 @@ PROVIDER = Provider(
     shared=shared_of_type(pubsub_puller.Pullers, pubsub_puller.sharing, PubSubTrigger),
     send=send,
 )
+
+# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
+# package, ``watchers.pubsub.PubSubTrigger``. Set once the class is made, as the dataclass decorator
+# reads the annotations in the module that defines the class.
+PubSubTrigger.__module__ = "watchers.pubsub"
