@@ -259,6 +259,5 @@ PROVIDER = Provider(
 )
 
 # A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
-# package, ``watchers.pubsub.PubSubTrigger``. Set once the class is made, as the dataclass decorator
-# reads the annotations in the module that defines the class.
+# package, ``watchers.pubsub.PubSubTrigger``.
 PubSubTrigger.__module__ = "watchers.pubsub"
