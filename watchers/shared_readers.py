@@ -1,7 +1,7 @@
 """The parts the providers whose triggers share one reader of a source have in common.
 
 The SQS poller (:mod:`watchers.sqs_session`), the Pub/Sub puller (:mod:`watchers.pubsub.puller`),
-the RabbitMQ consumer (:mod:`watchers.rabbitmq_consumer`) and the Kafka fetcher
+the RabbitMQ consumer (:mod:`watchers.rabbitmq.consumer`) and the Kafka fetcher
 (:mod:`watchers.kafka_fetcher`) each read a source once in a daemon and hand every message to
 each trigger reading it. What they share is here: the context naming the shared readers in
 effect (:class:`Sharing`), the counters a reader keeps for its trigger (:class:`ReaderStats`,

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from watchers import MessageQueueTrigger, RabbitMqTrigger
-from watchers.rabbitmq_address import (
+from watchers.rabbitmq.address import (
     RabbitQueue,
     StreamStart,
     checkpoint_key,

@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 from tests.fixtures.rabbitmq import SHARED_RABBITMQ, declare_queue, ready_count
 from triggerer import checkpoints
 from triggerer.triggers import SourceMissing, TriggerEvent, load_trigger
-from watchers import MessageQueueTrigger, RabbitMqTrigger, rabbitmq_consumer
+from watchers import MessageQueueTrigger, RabbitMqTrigger
+from watchers.rabbitmq import consumer as rabbitmq_consumer
 from watchers.rabbitmq import send
 
 if TYPE_CHECKING:

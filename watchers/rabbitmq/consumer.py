@@ -4,12 +4,12 @@ Every :class:`~watchers.rabbitmq.RabbitMqTrigger` reading a queue is a reader of
 consumer (in the daemon, one consumer per queue, :class:`Consumers`; on its own, a trigger has
 one of its own). A queue splits its messages between consumers, so watchers of one queue share
 the consumer to each see every message; which reader has read which message, and when a message
-is acked, nacked or held for a watcher away, is :mod:`watchers.rabbitmq_readers`. Connecting
-and declaring the queue is :mod:`watchers.rabbitmq_client`.
+is acked, nacked or held for a watcher away, is :mod:`watchers.rabbitmq.readers`. Connecting
+and declaring the queue is :mod:`watchers.rabbitmq.client`.
 
 A stream queue keeps its messages: each event of one carries its offset as a checkpoint
 (:attr:`~triggerer.triggers.TriggerEvent.checkpoint`), stored with the event, and a consumer
-(re)connecting starts from the readers' stored offsets (:func:`~watchers.rabbitmq_address.
+(re)connecting starts from the readers' stored offsets (:func:`~watchers.rabbitmq.address.
 stream_start`), or, while none is stored and they read new messages, from when the earliest of
 them first started (:mod:`watchers.first_start`): a stream declared after its watchers were
 deployed, or written to while no daemon ran, loses no message.
@@ -33,9 +33,9 @@ import structlog
 from triggerer import checkpoints
 from triggerer.backoff import Backoff
 from watchers.clients import require
-from watchers.rabbitmq_address import StreamStart, checkpoint_prefix, stream_start
-from watchers.rabbitmq_client import connect, declared
-from watchers.rabbitmq_readers import HasReaderSpec, Reader, Readers, ReaderSpec, ReaderStats
+from watchers.rabbitmq.address import StreamStart, checkpoint_prefix, stream_start
+from watchers.rabbitmq.client import connect, declared
+from watchers.rabbitmq.readers import HasReaderSpec, Reader, Readers, ReaderSpec, ReaderStats
 from watchers.shared_readers import Sharing, all_joined, warn_options_ignored
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from triggerer.triggers import TriggerEvent
 from watchers import shared_readers
-from watchers.rabbitmq_address import dedup_key, stream_offset_of
+from watchers.rabbitmq.address import dedup_key, stream_offset_of
 from watchers.shared_readers import ReaderFailure
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
     from watchers.processing import Prepared
-    from watchers.rabbitmq_address import RabbitQueue
+    from watchers.rabbitmq.address import RabbitQueue
 
 #: Failure counts kept for queues whose broker does not count deliveries (classic queues).
 MAX_COUNTED = 10_000
@@ -59,7 +59,7 @@ class ReaderSpec:
     #: The reader's step from that payload to the event's payload and partition key (``None``:
     #: filtered out). It may raise: the message is then redelivered, dead-lettered at last.
     prepare: Callable[[Any], Prepared]
-    #: Where its place in a stream queue is stored (:func:`~watchers.rabbitmq_address.
+    #: Where its place in a stream queue is stored (:func:`~watchers.rabbitmq.address.
     #: checkpoint_key`).
     checkpoint_key: str
     prefetch: int

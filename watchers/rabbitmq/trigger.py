@@ -2,9 +2,9 @@
 post rabbitmq`` and the provider.
 
 The consumer that reads a queue (shared by the queue's watchers in the daemon, reconnecting
-after a broker restart) lives in :mod:`watchers.rabbitmq_consumer`; which of its readers has read
-which message, in :mod:`watchers.rabbitmq_readers`; connecting and declaring, in
-:mod:`watchers.rabbitmq_client`. The client, aio-pika (the ``rabbitmq`` extra), is imported when
+after a broker restart) lives in :mod:`watchers.rabbitmq.consumer`; which of its readers has read
+which message, in :mod:`watchers.rabbitmq.readers`; connecting and declaring, in
+:mod:`watchers.rabbitmq.client`. The client, aio-pika (the ``rabbitmq`` extra), is imported when
 a trigger runs or a message is sent.
 """
 
@@ -20,14 +20,14 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider
-from watchers import rabbitmq_consumer
 from watchers.clients import require
 from watchers.first_start import first_start, started_key
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
-from watchers.rabbitmq_address import checkpoint_key, parse_rabbitmq_uri
-from watchers.rabbitmq_client import connect, declared
-from watchers.rabbitmq_readers import Reader, ReaderSpec, ReaderStats
+from watchers.rabbitmq import consumer as rabbitmq_consumer
+from watchers.rabbitmq.address import checkpoint_key, parse_rabbitmq_uri
+from watchers.rabbitmq.client import connect, declared
+from watchers.rabbitmq.readers import Reader, ReaderSpec, ReaderStats
 from watchers.shared_readers import SharedReaderTrigger, shared_of_type
 
 if TYPE_CHECKING:
@@ -298,3 +298,7 @@ PROVIDER = Provider(
     shared=shared_of_type(rabbitmq_consumer.Consumers, rabbitmq_consumer.sharing, RabbitMqTrigger),
     send=send,
 )
+
+# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
+# package, ``watchers.rabbitmq.RabbitMqTrigger``.
+RabbitMqTrigger.__module__ = "watchers.rabbitmq"

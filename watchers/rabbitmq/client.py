@@ -21,7 +21,7 @@ from watchers.clients import check_settings, require
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection
 
-    from watchers.rabbitmq_address import RabbitQueue
+    from watchers.rabbitmq.address import RabbitQueue
 
 #: Settings a named connection may hold.
 CONNECTION_KEYS = frozenset(
