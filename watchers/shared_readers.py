@@ -1,6 +1,6 @@
 """The parts the providers whose triggers share one reader of a source have in common.
 
-The SQS poller (:mod:`watchers.sqs_session`), the Pub/Sub puller (:mod:`watchers.pubsub.puller`),
+The SQS poller (:mod:`watchers.sqs.session`), the Pub/Sub puller (:mod:`watchers.pubsub.puller`),
 the RabbitMQ consumer (:mod:`watchers.rabbitmq.consumer`) and the Kafka fetcher
 (:mod:`watchers.kafka_fetcher`) each read a source once in a daemon and hand every message to
 each trigger reading it. What they share is here: the context naming the shared readers in

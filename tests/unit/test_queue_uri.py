@@ -13,7 +13,7 @@ from triggerer.triggers import BaseEventTrigger, TriggerEvent, UnusableTrigger, 
 from watchers import FileTrigger, KafkaTrigger, MessageQueueTrigger, SqsTrigger
 from watchers.kafka import parse_kafka_uri
 from watchers.sqs import message_payload
-from watchers.sqs_address import SqsQueue, parse_queue
+from watchers.sqs.address import SqsQueue, parse_queue
 
 AWS_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
 

@@ -15,10 +15,11 @@ from structlog.testing import capture_logs
 
 from tests.fixtures.triggers import running, take, until
 from triggerer.triggers import SourceMissing, load_trigger
-from watchers import SqsTrigger, sqs_session
+from watchers import SqsTrigger
 from watchers.sqs import send as provider_send
-from watchers.sqs_client import QueueClient
-from watchers.sqs_dead_letters import DEAD_LETTER_REASON_ATTRIBUTE, DEAD_LETTER_SOURCE_ATTRIBUTE
+from watchers.sqs import session as sqs_session
+from watchers.sqs.client import QueueClient
+from watchers.sqs.dead_letters import DEAD_LETTER_REASON_ATTRIBUTE, DEAD_LETTER_SOURCE_ATTRIBUTE
 
 if TYPE_CHECKING:
     from tests.fixtures.brokers import MakeQueue
@@ -343,7 +344,7 @@ async def test_named_connection_and_sqs_uri(
             "aws_secret_access_key": "testing",
         }
     }
-    monkeypatch.setattr("watchers.sqs_client.get_connection", connections.__getitem__)
+    monkeypatch.setattr("watchers.sqs.client.get_connection", connections.__getitem__)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     await send(sqs, sqs_queue, "hello")
     trigger = SqsTrigger(f"sqs://{queue_name(sqs_queue)}", wait_time_s=1, connection="aws")
@@ -362,7 +363,7 @@ async def test_missing_queue_is_a_clear_error(moto_server: str) -> None:
 async def test_lag_is_the_queue_backlog(
     sqs: Any, sqs_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("watchers.sqs_session.LAG_INTERVAL_S", 0.1)
+    monkeypatch.setattr("watchers.sqs.session.LAG_INTERVAL_S", 0.1)
     for start in range(0, 25, 10):
         await sqs.send_message_batch(
             QueueUrl=sqs_queue,

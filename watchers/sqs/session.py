@@ -1,9 +1,9 @@
 """The poller of one SQS queue: its long polls, and the readers it hands each message to.
 
 The session composes the rest, each with its own state and task: the client and its retries
-(:mod:`watchers.sqs_client`), the held messages and their visibility
-(:mod:`watchers.sqs_in_flight`), the batched deletes (:mod:`watchers.sqs_deletes`) and the dead
-letters (:mod:`watchers.sqs_dead_letters`).
+(:mod:`watchers.sqs.client`), the held messages and their visibility
+(:mod:`watchers.sqs.in_flight`), the batched deletes (:mod:`watchers.sqs.deletes`) and the dead
+letters (:mod:`watchers.sqs.dead_letters`).
 
 Every trigger reading the queue is a reader of its session and is handed each message; a message
 is deleted once every reader is done with it (its events acked, or filtered, or dead-lettered).
@@ -38,15 +38,15 @@ from watchers.shared_readers import (
     cancel_and_wait,
     warn_options_ignored,
 )
-from watchers.sqs_client import MAX_MESSAGES, QueueClient
-from watchers.sqs_dead_letters import DeadLetters
-from watchers.sqs_deletes import BatchedDeletes
-from watchers.sqs_in_flight import InFlightMessages
+from watchers.sqs.client import MAX_MESSAGES, QueueClient
+from watchers.sqs.dead_letters import DeadLetters
+from watchers.sqs.deletes import BatchedDeletes
+from watchers.sqs.in_flight import InFlightMessages
 
 if TYPE_CHECKING:
     from watchers.processing import Prepared
-    from watchers.sqs_address import SqsQueue
-    from watchers.sqs_in_flight import InFlight
+    from watchers.sqs.address import SqsQueue
+    from watchers.sqs.in_flight import InFlight
 
 log = structlog.get_logger(__name__)
 

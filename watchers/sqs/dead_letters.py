@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from watchers.sqs_address import parse_queue
+from watchers.sqs.address import parse_queue
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
-    from watchers.sqs_client import QueueClient
+    from watchers.sqs.client import QueueClient
 
 DEAD_LETTER_REASON_ATTRIBUTE = "triggerer_dead_letter_reason"
 DEAD_LETTER_SOURCE_ATTRIBUTE = "triggerer_source_queue"

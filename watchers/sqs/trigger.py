@@ -1,8 +1,8 @@
 """Amazon SQS watcher: ``SqsTrigger``, its options and the payload of a message.
 
-The queue addressing lives in ``watchers.sqs_address`` and the running machinery in
-``watchers.sqs_session`` (receives; with ``sqs_in_flight``, ``sqs_deletes``, ``sqs_dead_letters``
-and ``sqs_client``), which a trigger reads through with a ``ReaderSpec`` and whose
+The queue addressing lives in ``watchers.sqs.address`` and the running machinery in
+``watchers.sqs.session`` (receives; with ``in_flight``, ``deletes``, ``dead_letters`` and
+``client`` beside it), which a trigger reads through with a ``ReaderSpec`` and whose
 ``ReaderStats`` hold its counters, lag and last poll. ``PROVIDER`` is the SQS provider.
 """
 
@@ -17,13 +17,13 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from triggerer.providers import Provider
-from watchers import sqs_session
 from watchers.payloads import decode_body
 from watchers.processing import Prepared, Processing, check_range
 from watchers.shared_readers import SharedReaderTrigger, shared_of_type
-from watchers.sqs_address import is_sqs_queue_url, parse_queue
-from watchers.sqs_client import MAX_MESSAGES, client_options, is_missing_queue
-from watchers.sqs_session import Reader, ReaderSpec, ReaderStats
+from watchers.sqs import session as sqs_session
+from watchers.sqs.address import is_sqs_queue_url, parse_queue
+from watchers.sqs.client import MAX_MESSAGES, client_options, is_missing_queue
+from watchers.sqs.session import Reader, ReaderSpec, ReaderStats
 
 if TYPE_CHECKING:
     from triggerer.triggers import TriggerEvent
@@ -67,7 +67,7 @@ class SqsTrigger(SharedReaderTrigger):
     the queue's RedrivePolicy target) with the reason in a message attribute, then is deleted.
     Credentials come from the named ``connection`` or the environment.
 
-    In the daemon, the triggers of one queue share one poller (:mod:`watchers.sqs_session`):
+    In the daemon, the triggers of one queue share one poller (:mod:`watchers.sqs.session`):
     each sees every message, and a message is deleted once every watcher of the queue is done
     with it. The poller's options (``wait_time_s``, ``max_messages``, ``receivers``,
     ``visibility_timeout_s``, ``dead_letter_queue``, ``max_receives``) are those of the queue's
@@ -303,3 +303,7 @@ PROVIDER = Provider(
     shared=shared_of_type(sqs_session.Pollers, sqs_session.sharing, SqsTrigger),
     send=send,
 )
+
+# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
+# package, ``watchers.sqs.SqsTrigger``.
+SqsTrigger.__module__ = "watchers.sqs"

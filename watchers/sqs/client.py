@@ -24,7 +24,7 @@ from triggerer.triggers import SourceMissing
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
-    from watchers.sqs_address import SqsQueue
+    from watchers.sqs.address import SqsQueue
 
 #: The most messages one SQS call receives, deletes or changes the visibility of.
 MAX_MESSAGES = 10

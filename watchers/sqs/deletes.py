@@ -14,13 +14,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from triggerer.backoff import backoff_s
-from watchers.sqs_client import MAX_MESSAGES, RETRY_MAX_S
+from watchers.sqs.client import MAX_MESSAGES, RETRY_MAX_S
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
-    from watchers.sqs_client import QueueClient
-    from watchers.sqs_in_flight import InFlight, InFlightMessages
+    from watchers.sqs.client import QueueClient
+    from watchers.sqs.in_flight import InFlight, InFlightMessages
 
 DELETE_WINDOW_S = 0.005  # acks arriving within this window share one DeleteMessageBatch
 

@@ -14,12 +14,12 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchers.sqs_client import MAX_MESSAGES
+from watchers.sqs.client import MAX_MESSAGES
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
-    from watchers.sqs_client import QueueClient
+    from watchers.sqs.client import QueueClient
 
 
 @dataclasses.dataclass(eq=False)
