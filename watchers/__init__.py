@@ -31,7 +31,7 @@ __all__ = (
 )
 
 # The module defining each name, imported when the name is first asked for (PEP 562): a
-# module of this package (``watchers.kafka_fetcher``, ``watchers.sqs.address``) is imported
+# module of this package (``watchers.kafka.fetcher``, ``watchers.sqs.address``) is imported
 # without the other brokers' clients.
 _HOME_OF = {
     "FileTrigger": "watchers.file",

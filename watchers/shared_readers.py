@@ -2,7 +2,7 @@
 
 The SQS poller (:mod:`watchers.sqs.session`), the Pub/Sub puller (:mod:`watchers.pubsub.puller`),
 the RabbitMQ consumer (:mod:`watchers.rabbitmq.consumer`) and the Kafka fetcher
-(:mod:`watchers.kafka_fetcher`) each read a source once in a daemon and hand every message to
+(:mod:`watchers.kafka.fetcher`) each read a source once in a daemon and hand every message to
 each trigger reading it. What they share is here: the context naming the shared readers in
 effect (:class:`Sharing`), the counters a reader keeps for its trigger (:class:`ReaderStats`,
 shown by the trigger, a :class:`SharedReaderTrigger`), what stops a reader

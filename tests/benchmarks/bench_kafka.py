@@ -32,8 +32,8 @@ if __package__ in (None, ""):  # run as a script: put the repository root on the
 
 from deploy.local.services import tansu
 from tests.benchmarks.report import publish
-from watchers import kafka_fetcher
 from watchers.kafka import KafkaTrigger
+from watchers.kafka import fetcher as kafka_fetcher
 from watchers.payloads import decode_body
 
 PARTITIONS = 4

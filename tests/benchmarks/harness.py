@@ -42,8 +42,9 @@ from tests.benchmarks.report import publish
 from triggerer.service.config import LoggingSettings, Settings
 from triggerer.service.daemon.service import Service, serve
 from triggerer.service.logs import configure_logging
-from watchers import kafka_fetcher, providers
+from watchers import providers
 from watchers.kafka import KafkaTrigger
+from watchers.kafka import fetcher as kafka_fetcher
 
 if TYPE_CHECKING:
     from deploy.local import services

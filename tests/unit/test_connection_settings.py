@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from watchers import kafka
+from watchers.kafka import trigger as kafka
 from watchers.mqtt import trigger as mqtt
 from watchers.mqtt.address import parse_mqtt_uri
 from watchers.nats import client as nats_client

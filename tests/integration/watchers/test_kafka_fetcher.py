@@ -17,7 +17,7 @@ from aiokafka.errors import KafkaError
 
 from tests.integration.watchers.test_kafka import produce, running, trigger_for
 from tests.integration.watchers.test_kafka import wait_committed as own_commit
-from watchers import kafka_fetcher
+from watchers.kafka import fetcher as kafka_fetcher
 
 if TYPE_CHECKING:
     from tests.fixtures.brokers import MakeTopic

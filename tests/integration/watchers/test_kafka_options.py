@@ -8,8 +8,8 @@ import pytest
 
 from triggerer import Asset
 from triggerer.triggers import load_trigger
-from watchers import kafka
 from watchers.kafka import KafkaTrigger
+from watchers.kafka import trigger as kafka
 
 
 def test_serialize_round_trips_and_leaves_the_default_group_out() -> None:

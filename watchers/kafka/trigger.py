@@ -20,10 +20,10 @@ from triggerer.backoff import Backoff
 from triggerer.connections import get_connection
 from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
-from watchers import kafka_fetcher
 from watchers.clients import check_settings
 from watchers.filters import lookup
-from watchers.kafka_client import (
+from watchers.kafka import fetcher as kafka_fetcher
+from watchers.kafka.client import (
     BACKOFF_MAX_S,
     raise_unless_transient,
 )
@@ -71,7 +71,7 @@ class KafkaTrigger(BaseEventTrigger):
     below which every message is acknowledged. ``connection`` names the SASL/TLS settings.
 
     In the daemon, watchers without a ``group_id`` read through one shared consumer per
-    cluster and consumer settings (:mod:`watchers.kafka_fetcher`): each topic is fetched once
+    cluster and consumer settings (:mod:`watchers.kafka.fetcher`): each topic is fetched once
     and every message handed to each watcher reading it, so watchers of one topic with
     different options each see every message, and idle watchers cost no polling of their own.
     Each such watcher keeps its place in the shared consumer group under a name of its own
@@ -506,7 +506,7 @@ async def send(
 
 class _SharedConsumers(SharedReaders):
     """The daemon's Kafka consumers, one per cluster and consumer settings
-    (:mod:`watchers.kafka_fetcher`), read by the KafkaTriggers made for watchers."""
+    (:mod:`watchers.kafka.fetcher`), read by the KafkaTriggers made for watchers."""
 
     def __init__(self, deployment: str) -> None:
         self._fetchers = kafka_fetcher.Fetchers(kafka_fetcher.group_prefix(deployment))
@@ -527,3 +527,8 @@ class _SharedConsumers(SharedReaders):
 PROVIDER = Provider(
     name="kafka", schemes=("kafka",), trigger=_trigger_of_uri, shared=_SharedConsumers, send=send
 )
+
+# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
+# package, ``watchers.kafka.KafkaTrigger`` (the one migration 0004 names). Set once the class is
+# made, as the dataclass decorator reads the annotations in the module that defines the class.
+KafkaTrigger.__module__ = "watchers.kafka"

@@ -14,7 +14,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import IllegalStateError, KafkaConnectionError, KafkaError
 
 from triggerer.backoff import Backoff
-from watchers.kafka_metadata import topic_ids
+from watchers.kafka.metadata import topic_ids
 
 log = structlog.get_logger(__name__)
 
@@ -110,7 +110,7 @@ class Poller:
     position, would skip the new topic's messages below it (and wait silently while the new
     topic is shorter: some brokers, tansu among them, do not answer OFFSET_OUT_OF_RANGE there).
     Every :data:`TOPIC_LOOK_INTERVAL_S` the poller asks the cluster for the ids of the assigned
-    topics (:mod:`watchers.kafka_metadata`); a topic whose id changed is moved as Kafka moves a
+    topics (:mod:`watchers.kafka.metadata`); a topic whose id changed is moved as Kafka moves a
     partition out of range. Messages of the new topic fetched before the look are fetched
     again, and their dedup keys absorb them.
     """

@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from watchers.kafka_client import (
+from watchers.kafka.client import (
     Listener,
     Poller,
     Record,
