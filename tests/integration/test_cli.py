@@ -343,6 +343,9 @@ def test_a_limit_out_of_range_is_a_usage_error_naming_it(
             "--bootstrap-servers must be HOST:PORT[,HOST:PORT...] with ports from 1 to 65535, "
             "got '127.0.0.1:99999'",
         ),
+        (("post", "kafak", "t", "m"), "no provider named 'kafak' sends messages"),
+        (("post", "nats", "nats://h/S/s", "m", "--key", "k"), "--key is an option of `post kafka`"),
+        (("post", "nats", "kafka://h/t", "m"), "'kafka://h/t' is not a nats URI"),
     ],
 )
 def test_a_bad_address_is_one_line_naming_it(

@@ -12,7 +12,8 @@ import pytest
 from triggerer.triggers import load_trigger
 
 #: ``MessageQueueTrigger(queue=URI).serialize()`` for one URI of each provider, as main wrote
-#: them before the packages (commit bb6cea2).
+#: them before the packages (commit bb6cea2); the Redis ones under the classpaths migration 0017
+#: gives them (``tests/integration/store/test_upgrades.py`` checks it).
 STORED: list[tuple[str, dict[str, Any]]] = [
     (
         "watchers.kafka.KafkaTrigger",
@@ -92,7 +93,7 @@ STORED: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     (
-        "watchers.redis_streams.RedisStreamTrigger",
+        "watchers.redis.RedisStreamTrigger",
         {
             "host": "localhost",
             "port": 6379,
@@ -113,7 +114,7 @@ STORED: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     (
-        "watchers.redis_pubsub.RedisPubSubTrigger",
+        "watchers.redis.RedisPubSubTrigger",
         {
             "host": "localhost",
             "port": 6379,

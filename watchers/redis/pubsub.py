@@ -214,7 +214,7 @@ async def send(uri: str, bodies: Iterable[str], connection: str | None = None) -
 
 PROVIDER = Provider(name="redis-pubsub", schemes=(SCHEME,), trigger=_trigger_of_uri, send=send)
 
-# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
-# package, ``watchers.redis_pubsub.RedisPubSubTrigger`` (the module kept for it). Set once the class
-# is made, as the dataclass decorator reads the annotations in the module that defines the class.
-RedisPubSubTrigger.__module__ = "watchers.redis_pubsub"
+# serialize() writes the package's classpath, ``watchers.redis.RedisPubSubTrigger`` (migration
+# 0017 moved the stored ones there). Set once the class is made, as the dataclass decorator reads
+# the annotations in the module that defines the class.
+RedisPubSubTrigger.__module__ = "watchers.redis"

@@ -373,8 +373,7 @@ async def send(uri: str, bodies: Iterable[str], connection: str | None = None) -
 
 PROVIDER = Provider(name="redis-streams", schemes=(SCHEME,), trigger=_trigger_of_uri, send=send)
 
-# A stored trigger keeps its key: serialize() writes the classpath a store holds from before the
-# package, ``watchers.redis_streams.RedisStreamTrigger`` (the module kept for it). Set once the
-# class is made, as the dataclass decorator reads the annotations in the module that defines the
-# class.
-RedisStreamTrigger.__module__ = "watchers.redis_streams"
+# serialize() writes the package's classpath, ``watchers.redis.RedisStreamTrigger`` (migration
+# 0017 moved the stored ones there). Set once the class is made, as the dataclass decorator reads
+# the annotations in the module that defines the class.
+RedisStreamTrigger.__module__ = "watchers.redis"

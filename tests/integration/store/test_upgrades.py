@@ -38,6 +38,7 @@ from triggerer.service.store import create_engine, head_revision, session_factor
 from triggerer.service.store.keys import asset_identity_key, trigger_key
 from triggerer.service.store.migrate import MIGRATIONS_DIR, VERSION_TABLE, alembic_config
 from triggerer.service.store.models import Trigger
+from triggerer.triggers import load_trigger
 
 pytestmark = pytest.mark.slow  # every migration, both stores: minutes (make test-slow)
 
@@ -53,6 +54,18 @@ TRIGGERER_BIN = Path(sys.executable).with_name("triggerer")
 T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)
 KAFKA = "watchers.kafka.KafkaTrigger"
 SQS = "watchers.sqs.SqsTrigger"
+REDIS_MOVED = {
+    "watchers.redis_streams.RedisStreamTrigger": "watchers.redis.RedisStreamTrigger",
+    "watchers.redis_pubsub.RedisPubSubTrigger": "watchers.redis.RedisPubSubTrigger",
+}
+"""0017: the Redis triggers' classpaths before the package, and after."""
+REDIS_KWARGS = {
+    old: load_trigger(
+        new, {"host": "cache", "stream" if "Stream" in new else "channel": "o"}
+    ).serialize()[1]
+    for old, new in REDIS_MOVED.items()
+}
+"""What their ``serialize()`` wrote (the same kwargs then as now)."""
 INSTANCE = "host-1:4242"
 
 
@@ -199,7 +212,7 @@ BASE_COUNTS = {
     "instance": 1,
     "lease": 1,
     "pipeline": 2,
-    "trigger": 2,
+    "trigger": 2 + len(REDIS_MOVED),
     "asset_watcher": 2,
     "pipeline_asset_ref": 4,
     "pipeline_alias_ref": 1,
@@ -328,6 +341,17 @@ def _seed_initial(store: Store) -> None:
         )
         for classpath in (KAFKA, SQS)
     }
+    for classpath, redis_kwargs in REDIS_KWARGS.items():
+        store.insert(
+            "trigger",
+            classpath=classpath,
+            kwargs=redis_kwargs,
+            key=trigger_key(classpath, redis_kwargs),
+            state="running",
+            restart_count=1,
+            created_at=T0,
+            updated_at=_at(5),
+        )
     store.insert(
         "lease",
         name=f"trigger:{triggers[KAFKA]}",
@@ -589,17 +613,21 @@ async def populated(
 
 
 def _expected_at_head(before: Rows) -> Rows:
-    """``before`` as the head should hold it: Kafka keys in their new form."""
+    """``before`` as the head should hold it: Kafka keys in their new form (0004), Redis
+    triggers under their package's classpath with its key (0017)."""
     upgraded = {event.dedup_key: event.key_at_head for event in EVENTS}
-    return {
-        name: [
-            {**row, "dedup_key": upgraded.get(row["dedup_key"], row["dedup_key"])}
-            if name == "asset_event"
-            else row
-            for row in rows
-        ]
-        for name, rows in before.items()
-    }
+
+    def at_head(name: str, row: dict[str, Any]) -> dict[str, Any]:
+        if name == "asset_event":
+            return {**row, "dedup_key": upgraded.get(row["dedup_key"], row["dedup_key"])}
+        if name == "trigger" and row["classpath"] in REDIS_MOVED:
+            classpath = REDIS_MOVED[row["classpath"]]
+            kwargs = row["kwargs"]  # as the driver reads it: text on SQLite
+            kwargs = json.loads(kwargs) if isinstance(kwargs, str) else kwargs
+            return {**row, "classpath": classpath, "key": trigger_key(classpath, kwargs)}
+        return row
+
+    return {name: [at_head(name, row) for row in rows] for name, rows in before.items()}
 
 
 def _assert_every_row_kept(before: Rows, after: Rows, start: str) -> None:
@@ -657,6 +685,12 @@ async def _assert_the_daemon_reads_and_records(url: str, start: str) -> None:
             import_errors = await queries.import_errors(session)
             assert len(import_errors) == (1 if "0005" in _seeded_by(start) else 0)
 
+            # 0017: a stored Redis trigger loads from its new classpath under its new key.
+            for redis in await session.scalars(
+                select(Trigger).where(Trigger.classpath.in_(REDIS_MOVED.values()))
+            ):
+                loaded = load_trigger(redis.classpath, redis.kwargs)
+                assert trigger_key(*loaded.serialize()) == redis.key
             kafka = await session.scalar(select(Trigger).where(Trigger.classpath == KAFKA))
             assert kafka is not None
             # 0006: the last event of a watcher is its last poll as stored before.

@@ -1,5 +1,6 @@
-"""``triggerer post``: send messages to a broker through its provider's ``send``, to fire
-pipelines."""
+"""``triggerer post BROKER TARGET MESSAGE...``: send messages to a broker through the ``send``
+of the provider named ``BROKER``, to fire pipelines. The providers say which they are; the
+parser lists none of them, so one installed from another package posts as the built-in ones."""
 
 from __future__ import annotations
 
@@ -16,55 +17,48 @@ if TYPE_CHECKING:
 
 
 def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    post = verbs.add_parser("post", help="send messages to fire pipelines")
-    targets = post.add_subparsers(metavar="BROKER")
-    kafka = verb(targets, "kafka", _post, "produce to a Kafka topic")
-    kafka.set_defaults(provider="kafka", address=_kafka_address, connection=None)
-    kafka.add_argument("topic")
-    kafka.add_argument("messages", nargs="+", help="JSON values or text")
-    kafka.add_argument("--bootstrap-servers", default="127.0.0.1:9092")
-    kafka.add_argument("--key")
-    sqs = verb(targets, "sqs", _post, "send to an SQS queue")
-    sqs.set_defaults(provider="sqs", address=_sqs_address, connection=None)
-    sqs.add_argument("queue", help="queue URL or name")
-    sqs.add_argument("messages", nargs="+", help="JSON values or text")
-    sqs.add_argument("--endpoint-url")
-    sqs.add_argument("--region", default="us-east-1")
-    for name, where in POST_TARGETS.items():
-        target = verb(targets, name, _post, f"send to {where}")
-        target.set_defaults(provider=name, address=_uri_address)
-        target.add_argument("uri", help="the queue's URI, as MessageQueueTrigger takes it")
-        target.add_argument("messages", nargs="+", help="message bodies: JSON or text, as given")
-        target.add_argument("--connection", help="the [connections.NAME] holding credentials")
-
-
-POST_TARGETS = {
-    "nats": "a NATS JetStream subject",
-    "redis-streams": "a Redis stream",
-    "redis-pubsub": "a Redis pub/sub channel",
-    "rabbitmq": "a RabbitMQ queue",
-    "pubsub": "the topic of a Google Pub/Sub subscription",
-    "kinesis": "an Amazon Kinesis stream",
-    "mqtt": "an MQTT topic",
-}
-"""``triggerer post NAME``: the providers (by name) whose ``send`` it calls, and what to."""
+    post = verb(verbs, "post", _post, "send messages to a broker, to fire pipelines")
+    post.add_argument(
+        "broker",
+        metavar="BROKER",
+        help="the provider's name: kafka, sqs, nats, rabbitmq, ... (docs/providers)",
+    )
+    post.add_argument(
+        "target",
+        metavar="TARGET",
+        help="the queue's URI, as MessageQueueTrigger takes it; for kafka a topic, for sqs a "
+        "queue name or URL",
+    )
+    post.add_argument(
+        "messages", nargs="+", metavar="MESSAGE", help="message bodies: JSON or text, as given"
+    )
+    post.add_argument("--connection", help="the [connections.NAME] holding credentials")
+    kafka = post.add_argument_group("kafka")
+    kafka.add_argument("--bootstrap-servers", help="for a topic name (127.0.0.1:9092)")
+    kafka.add_argument("--key", help="the record's key")
+    sqs = post.add_argument_group("sqs")
+    sqs.add_argument("--endpoint-url", help="for a queue name: a local endpoint")
+    sqs.add_argument("--region", help="for a queue name (us-east-1)")
 
 
 async def _post(_: Settings, arguments: argparse.Namespace) -> int:
-    """Send the messages through the named provider's ``send``, to the queue ``address``
-    makes of the verb's arguments."""
+    """Send the messages through the named provider's ``send``, to the queue ``TARGET`` names."""
     from watchers import providers
 
-    uri, shown, options = arguments.address(arguments)
-    scheme = uri.partition(":")[0].lower()
-    try:
-        provider = providers.for_scheme(scheme)
-    except ValueError as error:
-        raise CliError(str(error)) from None
-    if provider is None or provider.name != arguments.provider or provider.send is None:
+    by_name = {
+        provider.name: provider for provider in providers.installed() if provider.send is not None
+    }
+    provider = by_name.get(arguments.broker)
+    if provider is None or provider.send is None:
         raise CliError(
-            f"{uri!r} is not a {arguments.provider} URI: see docs/architecture.md "
-            "for each provider's URI form"
+            f"no provider named {arguments.broker!r} sends messages; "
+            f"triggerer post sends to {', '.join(sorted(by_name))}"
+        )
+    uri, shown, options = _ADDRESSES.get(provider.name, _uri_address)(arguments)
+    if not provider.schemes or uri.partition(":")[0].lower() not in provider.schemes:
+        raise CliError(
+            f"{uri!r} is not a {provider.name} URI ({', '.join(provider.schemes)}): see "
+            f"docs/providers for each provider's URI form"
         )
     quiet_client_logs()
     try:
@@ -80,12 +74,21 @@ Address = tuple[str, str, dict[str, Any]]
 
 
 def _uri_address(arguments: argparse.Namespace) -> Address:
-    return arguments.uri, arguments.uri, {}
+    for option, owner in _OWNED_OPTIONS.items():
+        if getattr(arguments, option) is not None:
+            flag = "--" + option.replace("_", "-")
+            raise CliError(
+                f"{flag} is an option of `post {owner}`, not of `post {arguments.broker}`"
+            )
+    return arguments.target, arguments.target, {}
 
 
 def _kafka_address(arguments: argparse.Namespace) -> Address:
-    """``post kafka TOPIC --bootstrap-servers HOST:PORT,...``: a ``kafka://`` URI."""
-    servers = arguments.bootstrap_servers
+    """``post kafka TOPIC --bootstrap-servers HOST:PORT,...``: a ``kafka://`` URI (a URI as it
+    is)."""
+    if "://" in arguments.target:
+        return arguments.target, arguments.target, {"key": arguments.key}
+    servers = arguments.bootstrap_servers or "127.0.0.1:9092"
     for server in servers.split(","):
         host, colon, port = server.rpartition(":") if ":" in server else (server, "", "")
         if not host or (colon and not (port.isdigit() and 1 <= int(port) <= 65_535)):
@@ -93,12 +96,26 @@ def _kafka_address(arguments: argparse.Namespace) -> Address:
                 "--bootstrap-servers must be HOST:PORT[,HOST:PORT...] with ports from 1 to "
                 f"65535, got {servers!r}"
             )
-    return f"kafka://{servers}/{arguments.topic}", arguments.topic, {"key": arguments.key}
+    return f"kafka://{servers}/{arguments.target}", arguments.target, {"key": arguments.key}
 
 
 def _sqs_address(arguments: argparse.Namespace) -> Address:
-    """``post sqs QUEUE``: a queue URL as it is, a name as an ``sqs://`` URI."""
-    queue = arguments.queue
+    """``post sqs QUEUE``: a queue URL or URI as it is, a name as an ``sqs://`` URI."""
+    queue = arguments.target
     uri = queue if "://" in queue else f"sqs://{queue}"
-    options = {"endpoint_url": arguments.endpoint_url, "region_name": arguments.region}
+    options = {
+        "endpoint_url": arguments.endpoint_url,
+        "region_name": arguments.region or "us-east-1",
+    }
     return uri, queue, options
+
+
+_ADDRESSES = {"kafka": _kafka_address, "sqs": _sqs_address}
+"""The providers whose ``post`` also takes a plain topic or queue name, with its options."""
+_OWNED_OPTIONS = {
+    "bootstrap_servers": "kafka",
+    "key": "kafka",
+    "endpoint_url": "sqs",
+    "region": "sqs",
+}
+"""The options of those providers' ``post``, by their ``argparse`` names."""
