@@ -86,6 +86,8 @@ def test_parse_queue_keywords_fill_the_gaps_and_must_agree() -> None:
         ("sqs://orders/extra", "must have the form"),
         ("sqs://orders?colour=red", r"unknown options \['colour'\]; valid: region, endpoint_url"),
         ("sqs://bad!name", "queue name 'bad!name' must be 1-80 letters"),
+        ("sqs://orders#x", "'sqs://orders#x' must not have a fragment"),
+        ("sqs://key:s3cret@orders", r"'sqs://\*\*\*@orders' holds credentials"),
         ("https://sqs.eu-west-1.amazonaws.com/", "has no queue name; expected https://sqs"),
         ("ftp://host/q", "is not a queue name, a queue URL"),
         ("", "is not a queue name"),
@@ -283,7 +285,13 @@ def test_file_trigger_round_trips(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize(
     "queue",
-    ["amqp://user:s3cret@h/%2F/q", "nats://s3cret@h/S/x", "redis+stream://:s3cret@h/0/s"],
+    [
+        "amqp://user:s3cret@h/%2F/q",
+        "nats://s3cret@h/S/x",
+        "redis+stream://:s3cret@h/0/s",
+        "sqs://key:s3cret@h/",
+        "kafka://user:s3cret@h/t",
+    ],
 )
 def test_a_refused_uri_hides_its_credentials(queue: str) -> None:
     trigger = MessageQueueTrigger(queue)

@@ -39,7 +39,7 @@ def test_channel_uri() -> None:
         ("redis+stream://h//orders", "must have the form"),
         ("redis+stream://h/zero/orders", "database 'zero' must be a number"),
         ("redis+stream://h:port/0/orders", "the port must be a number"),
-        ("redis+stream://user:pw@h/0/orders", "pass connection='NAME'"),
+        ("redis+stream://user:pw@h/0/orders", "give connection='NAME'"),
         ("redis+stream://:pw@h/0/orders", "holds credentials"),
         ("redis+stream://h/0/orders?count=5", "must not have a query"),
         ("redis+stream://h/0/orders#x", "must not have a query or fragment"),
@@ -48,9 +48,9 @@ def test_channel_uri() -> None:
 def test_bad_stream_uris_name_the_value(uri: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as caught:
         PROVIDER.trigger(uri)
-    assert repr(uri) in str(caught.value)
-    unusable = MessageQueueTrigger(uri)  # what the daemon shows as the watcher's error
     shown = uri.replace("user:pw@", "***@").replace(":pw@", "***@")  # credentials hidden
+    assert repr(shown) in str(caught.value)
+    unusable = MessageQueueTrigger(uri)  # what the daemon shows as the watcher's error
     assert repr(shown) in unusable.serialize()[1]["error"]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import urllib.parse
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from watchers.kafka.client import (
 )
 from watchers.payloads import decode_body
 from watchers.processing import Processing
+from watchers.uris import split_uri
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -434,15 +434,10 @@ _KAFKA_FORM = "kafka://host:port[,host:port]/topic[,topic]"
 
 def parse_kafka_uri(uri: str) -> tuple[str, list[str]]:
     """The bootstrap servers (``host:port,...``) and topics of a ``kafka://`` URI."""
-    parts = urllib.parse.urlsplit(uri)
+    parts, _ = split_uri(uri, kind="Kafka", form=_KAFKA_FORM, schemes=("kafka",))
     topics = [topic for topic in parts.path.strip("/").split(",") if topic]
     if not parts.netloc or not topics or "/" in parts.path.strip("/"):
         raise ValueError(f"Kafka URI {uri!r} must have the form {_KAFKA_FORM}")
-    if parts.query or parts.fragment:
-        raise ValueError(
-            f"Kafka URI {uri!r} must not have a query or fragment; "
-            "pass options as keyword arguments"
-        )
     servers = []
     for server in parts.netloc.split(","):
         host, _, port = server.rpartition(":") if ":" in server else (server, "", "")

@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, Wa
 from watchers.first_start import STARTED, first_start
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
+from watchers.uris import split_uri
 
 if TYPE_CHECKING:
     from watchers.kinesis.reader import KinesisClient
@@ -47,23 +47,11 @@ DEFAULT_APPLICATION = "triggerer"
 
 def parse_kinesis_uri(uri: str) -> tuple[str, str | None, str | None]:
     """The stream, region and endpoint of ``kinesis://STREAM?region=..&endpoint_url=..``."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme.lower() != "kinesis":
+    parts, options = split_uri(
+        uri, kind="Kinesis", form=_FORM, schemes=("kinesis",), options=("region", "endpoint_url")
+    )
+    if parts.path not in ("", "/") or not parts.netloc:
         raise ValueError(f"Kinesis URI {uri!r} must have the form {_FORM}")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError(
-            f"Kinesis URI {uri!r} holds credentials: put them in a [connections.NAME] section "
-            "and give connection='NAME'"
-        )
-    if parts.path not in ("", "/") or parts.fragment or not parts.netloc:
-        raise ValueError(f"Kinesis URI {uri!r} must have the form {_FORM}")
-    options = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
-    unknown = set(options) - {"region", "endpoint_url"}
-    if unknown:
-        raise ValueError(
-            f"Kinesis URI {uri!r} has unknown options {sorted(unknown)}; valid: region, "
-            "endpoint_url"
-        )
     return (
         check_stream_name(parts.netloc, uri),
         options.get("region") or None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import urllib.parse
 
+from watchers.uris import masked_uri, split_uri
+
 DEFAULT_PORT = 1883
 DEFAULT_TLS_PORT = 8883
 _FORM = "mqtt://HOST[:1883]/TOPIC or mqtts://HOST[:8883]/TOPIC"
@@ -28,25 +30,13 @@ def parse_mqtt_uri(uri: str) -> MqttAddress:
     """
     if not isinstance(uri, str):
         raise ValueError(f"MQTT URI {uri!r} must be text of the form {_FORM}")
-    parts = urllib.parse.urlsplit(uri)
-    uri = _redacted(uri, parts)
-    scheme = parts.scheme.lower()
-    if scheme not in ("mqtt", "mqtts"):
-        raise ValueError(f"MQTT URI {uri!r} must have the form {_FORM}")
     if "#" in uri:
         raise ValueError(
-            f"MQTT URI {uri!r} holds '#', which begins a URI's fragment and cuts the topic "
-            "short: write the topic wildcard '#' as %23, e.g. mqtt://HOST/sensors/%23"
+            f"MQTT URI {masked_uri(uri)!r} holds '#', which begins a URI's fragment and cuts the "
+            "topic short: write the topic wildcard '#' as %23, e.g. mqtt://HOST/sensors/%23"
         )
-    if parts.username is not None or parts.password is not None:
-        raise ValueError(
-            f"MQTT URI {uri!r} must not hold credentials: name a [connections.NAME] section "
-            "holding username and password with connection='NAME'"
-        )
-    if parts.query:
-        raise ValueError(
-            f"MQTT URI {uri!r} must not have a query; pass options as keyword arguments"
-        )
+    parts, _ = split_uri(uri, kind="MQTT", form=_FORM, schemes=("mqtt", "mqtts"))
+    scheme = parts.scheme.lower()
     try:
         port = parts.port
     except ValueError:
@@ -58,14 +48,6 @@ def parse_mqtt_uri(uri: str) -> MqttAddress:
     check_topic_filter(topic, uri)
     tls = scheme == "mqtts"
     return MqttAddress(host, port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), topic, tls)
-
-
-def _redacted(uri: str, parts: urllib.parse.SplitResult) -> str:
-    """``uri`` with the password it holds, if any, shown as ``***`` (errors are displayed)."""
-    if parts.password is None:
-        return uri
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def check_topic_filter(topic: str, uri: str) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from triggerer.connections import get_connection
 from watchers.clients import check_settings, require
+from watchers.uris import masked_uri, split_uri
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -66,19 +67,10 @@ def parse_nats_uri(uri: str) -> NatsAddress:
     """The servers, stream and subject of ``nats://HOST[:PORT]/STREAM/SUBJECT``; a ``ValueError``
     naming ``uri`` and the expected form otherwise. Stream and subject are percent-decoded."""
     if "#" in uri:
-        raise ValueError(f"NATS URI {uri!r} has a '#': write it as %23 (the form is {URI_FORM})")
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme.lower() != "nats":
-        raise ValueError(f"NATS URI {uri!r} must have the form {URI_FORM}")
-    if "@" in parts.netloc:
         raise ValueError(
-            f"NATS URI {uri!r} holds credentials: put them in a [connections.NAME] section "
-            "and pass connection='NAME'"
+            f"NATS URI {masked_uri(uri)!r} has a '#': write it as %23 (the form is {URI_FORM})"
         )
-    if parts.query:
-        raise ValueError(
-            f"NATS URI {uri!r} must not have a query; pass options as keyword arguments"
-        )
+    parts, _ = split_uri(uri, kind="NATS", form=URI_FORM, schemes=("nats",))
     servers = check_servers(parts.netloc, f"NATS URI {uri!r}")
     stream_part, slash, subject_part = parts.path.removeprefix("/").partition("/")
     stream = urllib.parse.unquote(stream_part)

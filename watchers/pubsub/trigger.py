@@ -10,7 +10,6 @@ deadlines in :mod:`watchers.pubsub.acks`; the clients, the puller's and ``send``
 from __future__ import annotations
 
 import re
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from watchers.pubsub.puller import (
     missing,
 )
 from watchers.shared_readers import SharedReaderTrigger, shared_of_type
+from watchers.uris import split_uri
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -46,19 +46,7 @@ PUBLISH_TIMEOUT_S = 60.0
 
 def parse_pubsub_uri(uri: str) -> tuple[str, str]:
     """The project and subscription name of ``pubsub://PROJECT/SUBSCRIPTION``."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme.lower() != "pubsub":
-        raise ValueError(f"Pub/Sub URI {uri!r} must have the form {URI_FORM}")
-    if "@" in parts.netloc:
-        raise ValueError(
-            f"Pub/Sub URI {uri!r} holds credentials: they do not belong in a URI; put "
-            "credentials_file in a [connections.NAME] section and give connection='NAME'"
-        )
-    if parts.query or parts.fragment:
-        raise ValueError(
-            f"Pub/Sub URI {uri!r} must not have a query or fragment; pass options "
-            "(emulator_host, max_deliveries, ...) as keyword arguments"
-        )
+    parts, _ = split_uri(uri, kind="Pub/Sub", form=URI_FORM, schemes=("pubsub",))
     project, subscription = parts.netloc, parts.path.removeprefix("/")
     if not project or not subscription or "/" in subscription:
         raise ValueError(f"Pub/Sub URI {uri!r} must have the form {URI_FORM}")

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from watchers.uris import split_uri
+
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
 
@@ -34,20 +36,8 @@ class RabbitQueue:
 def parse_rabbitmq_uri(uri: str) -> RabbitQueue:
     """The queue of ``amqp://HOST[:PORT]/VHOST/QUEUE``; a ``ValueError`` naming ``uri`` and the
     expected form when it is not one. Credentials belong in a named connection, not here."""
-    parts = urllib.parse.urlsplit(uri)
+    parts, _ = split_uri(uri, kind="RabbitMQ", form=URI_FORM, schemes=DEFAULT_PORTS)
     scheme = parts.scheme.lower()
-    if scheme not in DEFAULT_PORTS:
-        raise ValueError(f"RabbitMQ URI {uri!r} must have the form {URI_FORM}")
-    if "@" in parts.netloc:
-        raise ValueError(
-            f"RabbitMQ URI {uri!r} must not hold credentials: put login and password in a "
-            "[connections.NAME] section of the config and pass connection='NAME'"
-        )
-    if parts.query or parts.fragment:
-        raise ValueError(
-            f"RabbitMQ URI {uri!r} must not have a query or fragment; pass options as keyword "
-            f"arguments. Form: {URI_FORM}"
-        )
     try:
         port = parts.port
     except ValueError:

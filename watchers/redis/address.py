@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from triggerer.connections import get_connection
 from watchers.clients import check_settings, require
+from watchers.uris import split_uri
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -52,19 +53,7 @@ def parse_redis_uri(uri: str, scheme: str, what: str) -> RedisAddress:
     ``KEY`` is the rest of the path, percent-decoded (``%2F`` for a ``/`` within it).
     """
     form = f"{scheme}://HOST[:{DEFAULT_REDIS_PORT}]/DB/{what}"
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme.lower() != scheme:
-        raise ValueError(f"Redis URI {uri!r} must have the form {form}")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError(
-            f"Redis URI {uri!r} holds credentials: put them in a [connections.NAME] section "
-            "of the config and pass connection='NAME'"
-        )
-    if parts.query or parts.fragment:
-        raise ValueError(
-            f"Redis URI {uri!r} must not have a query or fragment; "
-            "pass options as keyword arguments"
-        )
+    parts, _ = split_uri(uri, kind="Redis", form=form, schemes=(scheme,))
     try:
         port = parts.port or DEFAULT_REDIS_PORT
     except ValueError:

@@ -6,6 +6,8 @@ import dataclasses
 import re
 import urllib.parse
 
+from watchers.uris import split_uri
+
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(\.fifo)?")
 _AWS_HOST = re.compile(r"sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?")
 _SQS_URI_FORM = "sqs://queue-name?region=..&endpoint_url=.."
@@ -31,15 +33,15 @@ def parse_queue(
     parts = urllib.parse.urlsplit(queue)
     scheme = parts.scheme.lower()
     if scheme == "sqs":
+        parts, options = split_uri(
+            queue,
+            kind="SQS",
+            form=_SQS_URI_FORM,
+            schemes=("sqs",),
+            options=("region", "endpoint_url"),
+        )
         if parts.path not in ("", "/") or not parts.netloc:
             raise ValueError(f"SQS URI {queue!r} must have the form {_SQS_URI_FORM}")
-        options = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
-        unknown = set(options) - {"region", "endpoint_url"}
-        if unknown:
-            raise ValueError(
-                f"SQS URI {queue!r} has unknown options {sorted(unknown)}; "
-                "valid: region, endpoint_url"
-            )
         name = _check_name(parts.netloc, queue)
         region = _agree(queue, "region", options.get("region"), region_name)
         endpoint = _agree(queue, "endpoint_url", options.get("endpoint_url"), endpoint_url)
