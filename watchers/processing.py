@@ -1,5 +1,6 @@
 """What the queue triggers do to a message's payload before it becomes an event (``filter``,
-``apply_function``, ``partition_key_path``), and the check of their integer options."""
+``apply_function``, ``partition_key_path``), what they count of it, and the check of their
+integer options."""
 
 from __future__ import annotations
 
@@ -9,12 +10,23 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from triggerer.triggers import check_json
+from triggerer.triggers import BaseEventTrigger, check_json
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import import_callable
 
 Prepared = tuple[Any, str | None] | None
 """A payload and its partition key, ready for an event; ``None`` when the message is dropped."""
+
+
+@dataclasses.dataclass(eq=False, repr=False, kw_only=True)
+class CountingTrigger(BaseEventTrigger):
+    """A dataclass trigger that counts what became of its messages (its tests and logs read
+    the counts): messages received, events yielded, messages dropped by ``filter`` or the
+    function. A provider adds counters of its own."""
+
+    messages: int = dataclasses.field(default=0, init=False)
+    events: int = dataclasses.field(default=0, init=False)
+    filtered: int = dataclasses.field(default=0, init=False)
 
 
 @dataclasses.dataclass(frozen=True)

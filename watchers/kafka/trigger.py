@@ -27,7 +27,7 @@ from watchers.kafka.client import (
     raise_unless_transient,
 )
 from watchers.payloads import decode_body
-from watchers.processing import Processing
+from watchers.processing import CountingTrigger, Processing
 from watchers.uris import split_uri
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ _ERROR_HEADER_MAX_BYTES = 1000
 
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
-class KafkaTrigger(BaseEventTrigger):
+class KafkaTrigger(CountingTrigger):
     """Yield one event per Kafka message of ``topics``, as a member of consumer group ``group_id``.
 
     The payload is ``{"topic", "partition", "offset", "key", "value", "timestamp", "headers"}``:
@@ -105,11 +105,8 @@ class KafkaTrigger(BaseEventTrigger):
     #: naming this watcher's place there; set by :meth:`for_watcher`.
     shared_fetch: bool = False
 
-    #: Counters for the daemon's ``/watchers``: messages received, events yielded, messages
-    #: filtered, sent to the dead-letter topic, and acknowledgements that took effect.
-    messages: int = dataclasses.field(default=0, init=False)
-    events: int = dataclasses.field(default=0, init=False)
-    filtered: int = dataclasses.field(default=0, init=False)
+    #: Its own counters: messages sent to the dead-letter topic, and acknowledgements that
+    #: took effect.
     dead_lettered: int = dataclasses.field(default=0, init=False)
     acked: int = dataclasses.field(default=0, init=False)
 

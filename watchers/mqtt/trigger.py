@@ -26,11 +26,11 @@ import structlog
 from triggerer.backoff import Backoff
 from triggerer.connections import get_connection
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
+from triggerer.triggers import TriggerEvent, WatchedAsset
 from watchers.clients import check_settings, require
 from watchers.mqtt.address import MqttAddress, parse_mqtt_uri
 from watchers.payloads import decode_body
-from watchers.processing import Processing, check_range
+from watchers.processing import CountingTrigger, Processing, check_range
 
 if TYPE_CHECKING:
     import aiomqtt
@@ -82,7 +82,7 @@ def watcher_client_id(asset: WatchedAsset, watcher_name: str, uri: str) -> str:
 
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
-class MqttTrigger(BaseEventTrigger):
+class MqttTrigger(CountingTrigger):
     """Yield one event per message on the topic filter of ``uri`` (``mqtt://HOST[:1883]/TOPIC``).
 
     The trigger subscribes at QoS 1 in a persistent MQTT 5 session (clean start off, the
@@ -114,11 +114,7 @@ class MqttTrigger(BaseEventTrigger):
     keepalive_s: int = 60
     connection: str | None = None
 
-    #: Counters for the daemon's ``/watchers``: messages received, events yielded, messages
-    #: filtered, dead letters yielded, acknowledgements sent and connections made.
-    messages: int = dataclasses.field(default=0, init=False)
-    events: int = dataclasses.field(default=0, init=False)
-    filtered: int = dataclasses.field(default=0, init=False)
+    #: Its own counters: dead letters yielded, acknowledgements sent and connections made.
     dead_lettered: int = dataclasses.field(default=0, init=False)
     acked: int = dataclasses.field(default=0, init=False)
     connections: int = dataclasses.field(default=0, init=False)

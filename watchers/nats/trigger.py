@@ -25,7 +25,7 @@ from watchers.nats import client as nats_client
 from watchers.nats.in_flight import InFlight, MessageAck
 from watchers.nats.pull import Pull, PullEnded
 from watchers.payloads import decode_body
-from watchers.processing import Processing, check_range
+from watchers.processing import CountingTrigger, Processing, check_range
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -51,7 +51,7 @@ _DEPLOYMENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
-class NatsTrigger(BaseEventTrigger):
+class NatsTrigger(CountingTrigger):
     """Yield one event per message of ``subject`` in JetStream stream ``stream``, read through
     the durable pull consumer ``durable`` (created, or updated, with ``subject`` as its filter).
 
@@ -98,11 +98,8 @@ class NatsTrigger(BaseEventTrigger):
     partition_key_path: str | None = None
     connection: str | None = None
 
-    #: Counters for the daemon's ``/watchers``: messages received, events yielded, messages
-    #: filtered, deliveries whose processing raised, dead letters yielded (and :attr:`acked`).
-    messages: int = dataclasses.field(default=0, init=False)
-    events: int = dataclasses.field(default=0, init=False)
-    filtered: int = dataclasses.field(default=0, init=False)
+    #: Its own counters: deliveries whose processing raised, dead letters yielded (and
+    #: :attr:`acked`).
     failed: int = dataclasses.field(default=0, init=False)
     dead_lettered: int = dataclasses.field(default=0, init=False)
 

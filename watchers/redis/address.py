@@ -12,7 +12,10 @@ from watchers.clients import check_settings, require
 from watchers.uris import split_uri
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import redis.asyncio
+    from redis.asyncio.client import Pipeline
 
 DEFAULT_REDIS_PORT = 6379
 
@@ -112,3 +115,21 @@ def transient_errors() -> tuple[type[Exception], ...]:
         exceptions.BusyLoadingError,
         OSError,
     )
+
+
+async def pipelined(
+    address: RedisAddress, connection: str | None, commands: Callable[[Pipeline], object]
+) -> list[Any]:
+    """Send the commands ``commands`` queues on a pipeline to the server of ``address``, in one
+    round trip; their replies. A ``ConnectionError`` naming the server when it cannot be
+    reached (what ``triggerer post`` prints)."""
+    redis_client = client(address, connection)
+    try:
+        async with redis_client.pipeline(transaction=False) as pipe:
+            commands(pipe)
+            replies: list[Any] = await pipe.execute()
+    except transient_errors() as error:
+        raise ConnectionError(f"cannot reach Redis at {address}: {error}") from None
+    finally:
+        await redis_client.aclose()
+    return replies

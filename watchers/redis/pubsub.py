@@ -18,15 +18,16 @@ import structlog
 
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
+from triggerer.triggers import TriggerEvent, WatchedAsset
 from watchers.payloads import decode_body
-from watchers.processing import Processing
+from watchers.processing import CountingTrigger, Processing
 from watchers.redis.address import (
     DEFAULT_REDIS_PORT,
     RedisAddress,
     check_address,
     client,
     parse_redis_uri,
+    pipelined,
     transient_errors,
 )
 
@@ -43,7 +44,7 @@ _POLL_S = 1.0
 
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
-class RedisPubSubTrigger(BaseEventTrigger):
+class RedisPubSubTrigger(CountingTrigger):
     """Yield one event per message published on Redis channel ``channel``, at most once.
 
     The payload is ``{"channel", "body", "received_at"}``: ``body`` the message decoded (JSON,
@@ -69,11 +70,7 @@ class RedisPubSubTrigger(BaseEventTrigger):
     #: The watcher it runs for (set by :meth:`for_watcher`), named in the start-up warning.
     watcher: str | None = None
 
-    #: Counters for the daemon's ``/watchers``: messages received, events yielded, messages
-    #: filtered, messages dropped because their processing raised.
-    messages: int = dataclasses.field(default=0, init=False)
-    events: int = dataclasses.field(default=0, init=False)
-    filtered: int = dataclasses.field(default=0, init=False)
+    #: Its own counter: messages dropped because their processing raised.
     failed: int = dataclasses.field(default=0, init=False)
 
     _processing: Processing = dataclasses.field(init=False)
@@ -199,16 +196,9 @@ async def send(uri: str, bodies: Iterable[str], connection: str | None = None) -
     """Publish each body on the channel at ``uri``. Pub/sub messages have no id: for each, the
     number of subscribers that received it, as text (``"0"``: nobody listened, it is gone)."""
     address = parse_channel_uri(uri)
-    redis_client = client(address, connection)
-    try:
-        async with redis_client.pipeline(transaction=False) as pipe:
-            for body in bodies:
-                pipe.publish(address.key, body)
-            receivers = await pipe.execute()
-    except transient_errors() as error:
-        raise ConnectionError(f"cannot reach Redis at {address}: {error}") from None
-    finally:
-        await redis_client.aclose()
+    receivers = await pipelined(
+        address, connection, lambda pipe: [pipe.publish(address.key, body) for body in bodies]
+    )
     return [str(count) for count in receivers]
 
 

@@ -14,17 +14,18 @@ import structlog
 
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
+from triggerer.triggers import TriggerEvent, WatchedAsset
 from watchers.clients import require
 from watchers.first_start import FirstStart, first_start, started_key
 from watchers.payloads import decode_body
-from watchers.processing import Processing, check_range
+from watchers.processing import CountingTrigger, Processing, check_range
 from watchers.redis.address import (
     DEFAULT_REDIS_PORT,
     RedisAddress,
     check_address,
     client,
     parse_redis_uri,
+    pipelined,
     transient_errors,
 )
 from watchers.redis.stream_group import EntryAck, StreamGroupReader
@@ -39,7 +40,7 @@ MAX_SEQUENCE = 2**64 - 1
 
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
-class RedisStreamTrigger(BaseEventTrigger):
+class RedisStreamTrigger(CountingTrigger):
     """Yield one event per entry of Redis stream ``stream``, as consumer group ``group``.
 
     The payload is ``{"stream", "id", "timestamp_ms", "body", "fields"}``: ``body`` the entry's
@@ -88,12 +89,8 @@ class RedisStreamTrigger(BaseEventTrigger):
     max_in_flight: int = 5_000
     connection: str | None = None
 
-    #: Counters for the daemon's ``/watchers``: entries received, events yielded, entries
-    #: filtered, entries whose processing raised, dead letters yielded, entries acknowledged,
-    #: and pending entries found trimmed away (lost).
-    messages: int = dataclasses.field(default=0, init=False)
-    events: int = dataclasses.field(default=0, init=False)
-    filtered: int = dataclasses.field(default=0, init=False)
+    #: Its own counters: entries whose processing raised, dead letters yielded, entries
+    #: acknowledged, and pending entries found trimmed away (lost).
     failed: int = dataclasses.field(default=0, init=False)
     dead_lettered: int = dataclasses.field(default=0, init=False)
     acked: int = dataclasses.field(default=0, init=False)
@@ -358,16 +355,11 @@ async def send(uri: str, bodies: Iterable[str], connection: str | None = None) -
     """Add each body as one entry (field ``body``) to the stream at ``uri`` (XADD creates the
     stream when it does not exist); the entry ids, in order."""
     address = parse_stream_uri(uri)
-    redis_client = client(address, connection)
-    try:
-        async with redis_client.pipeline(transaction=False) as pipe:
-            for body in bodies:
-                pipe.xadd(address.key, {"body": body})
-            ids = await pipe.execute()
-    except transient_errors() as error:
-        raise ConnectionError(f"cannot reach Redis at {address}: {error}") from None
-    finally:
-        await redis_client.aclose()
+    ids = await pipelined(
+        address,
+        connection,
+        lambda pipe: [pipe.xadd(address.key, {"body": body}) for body in bodies],
+    )
     return [entry_id.decode() for entry_id in ids]
 
 

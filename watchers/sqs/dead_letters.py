@@ -63,45 +63,28 @@ class DeadLetters:
     async def dead_letter(self, message: dict[str, Any], error: Exception) -> bool:
         """Send ``message``, which a reader failed on with ``error``, to the dead-letter queue
         if this was its last receive; whether it was sent (if not, it is to be redelivered)."""
-        message_id = message["MessageId"]
         reason = f"{type(error).__name__}: {error}"[:_MAX_REASON_CHARS]
         receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
+        log = self._log.bind(message_id=message["MessageId"], reason=reason, receives=receives)
         if receives < self.max_receives:
-            self._log.warning(
-                "sqs_message_failed",
-                message_id=message_id,
-                reason=reason,
-                receives=receives,
-                max_receives=self.max_receives,
-            )
+            log.warning("sqs_message_failed", max_receives=self.max_receives)
             return False
         if self.url is None:
-            self._log.error(
+            log.error(
                 "sqs_message_not_dead_lettered",
-                message_id=message_id,
-                reason=reason,
-                receives=receives,
                 why="no dead_letter_queue and no RedrivePolicy: it stays in the queue",
             )
             return False
         try:
             await self._client.call("send_message", **self._message(message, reason))
         except ClientError as send_error:
-            self._log.error(
+            log.error(
                 "sqs_dead_letter_failed",
-                message_id=message_id,
-                reason=reason,
                 error=str(send_error),
                 why="it stays in the queue and is retried on its next receive",
             )
             return False
-        self._log.error(
-            "sqs_message_dead_lettered",
-            message_id=message_id,
-            reason=reason,
-            receives=receives,
-            dead_letter_queue=self.url,
-        )
+        log.error("sqs_message_dead_lettered", dead_letter_queue=self.url)
         return True
 
     def _message(self, message: dict[str, Any], reason: str) -> dict[str, Any]:
