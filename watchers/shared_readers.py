@@ -5,10 +5,11 @@ the RabbitMQ consumer (:mod:`watchers.rabbitmq.consumer`) and the Kafka fetcher
 (:mod:`watchers.kafka.fetcher`) each read a source once in a daemon and hand every message to
 each trigger reading it. What they share is here: the context naming the shared readers in
 effect (:class:`Sharing`), the counters a reader keeps for its trigger (:class:`ReaderStats`,
-shown by the trigger, a :class:`SharedReaderTrigger`), what stops a reader
-(:class:`ReaderFailure`), a reader's bounded end (:class:`BufferedReader`), the watchers the
-daemon runs on each source (:class:`ExpectedReaders`, :func:`all_joined`) and stopping a
-reader's tasks (:func:`cancel_and_wait`). Each provider keeps its broker's calls.
+shown by the trigger, a :class:`SharedReaderTrigger`), a message held until every reader is
+done with it (:class:`Held`), what stops a reader (:class:`ReaderFailure`), a reader's bounded
+end (:class:`BufferedReader`), the watchers the daemon runs on each source
+(:class:`ExpectedReaders`, :func:`all_joined`) and stopping a reader's tasks
+(:func:`cancel_and_wait`). Each provider keeps its broker's calls.
 """
 
 from __future__ import annotations
@@ -76,6 +77,35 @@ class ReaderStats:
     dead_lettered: int = 0
     lag: int | None = None
     last_poll_at: datetime | None = None
+
+
+@dataclasses.dataclass(eq=False, kw_only=True)
+class Held:
+    """A message a shared reader received, held until every reader is done with it. Each
+    provider adds the message's broker handle and flags of its own, and settles it with its
+    broker's calls."""
+
+    #: Events of readers holding the message, not yet acked.
+    owners: int = 0
+    #: Still being handed to the readers.
+    dispatching: bool = True
+    #: Some reader must see it again: once the others are done it goes back to the source.
+    redeliver: bool = False
+    #: Done with: settled with the broker, or left to it.
+    settled: bool = False
+
+    def event_handed_out(self) -> None:
+        """A reader got an event of the message: it is held until that event is done."""
+        self.owners += 1
+
+    def event_done(self) -> None:
+        """A reader's event of the message is done: acked, or its reader left."""
+        self.owners -= 1
+
+    @property
+    def settleable(self) -> bool:
+        """Every reader is done with the message, and it is not settled yet."""
+        return not (self.dispatching or self.owners or self.settled)
 
 
 class _Leaves(Protocol):

@@ -19,6 +19,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from watchers import shared_readers
+
 #: Ack ids in one Acknowledge or ModifyAckDeadline call (Pub/Sub takes up to 2,500).
 ACK_IDS_PER_CALL = 1000
 #: Delivery counts kept (without a dead-letter policy) before the oldest are forgotten.
@@ -29,16 +31,14 @@ SubscriberCall = Callable[..., Awaitable[Any]]
 
 
 @dataclasses.dataclass(eq=False)
-class Held:
-    """A received message not yet settled."""
+class Held(shared_readers.Held):
+    """A received message not yet settled. One to redeliver is nacked."""
 
     ack_id: str
     message_id: str
-    owners: int = 0
-    dispatching: bool = True
-    failed: bool = False
+    #: A watcher of the daemon was not running when it came: not extended, and left to its
+    #: deadline (unless some reader must see it again: then it is nacked).
     missed: bool = False
-    settled: bool = False
 
 
 class HeldMessages:
@@ -83,12 +83,12 @@ class HeldMessages:
     def settle(self, entry: Held) -> bool:
         """Once every reader is done with the message: ack it, nack it, or let it lapse.
         Whether it was settled now (and is held no more)."""
-        if entry.dispatching or entry.owners or entry.settled:
+        if not entry.settleable:
             return False
         entry.settled = True
         if self._held.pop(entry.ack_id, None) is None:
             return False  # nacked at close already
-        if entry.failed:
+        if entry.redeliver:
             self._nacks.append(entry.ack_id)
         elif entry.missed:
             pass  # not extended any more: Pub/Sub delivers it again after its deadline

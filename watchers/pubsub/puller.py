@@ -262,8 +262,8 @@ class Puller(ReadingTasks):
         unacked, reader.unacked = reader.unacked, {}
         reader.free_slots()
         for held in unacked.values():
-            held.owners -= 1
-            held.failed = True
+            held.event_done()
+            held.redeliver = True
             self._settle(held)
 
     async def close(self) -> None:
@@ -324,9 +324,9 @@ class Puller(ReadingTasks):
                 continue
             await reader.slots.acquire()
             if self._readers.get(reader.spec.key) is not reader:
-                entry.failed = True  # it left meanwhile: the message comes back for it
+                entry.redeliver = True  # it left meanwhile: the message comes back for it
                 continue
-            entry.owners += 1
+            entry.event_handed_out()
             reader.unacked[token] = entry
             reader.events.put_nowait(event)
 
@@ -345,7 +345,7 @@ class Puller(ReadingTasks):
             reader.stats.failed += 1
             reason = self._give_up(entry, error)
             if reason is None:
-                entry.failed = True
+                entry.redeliver = True
                 return None
             reader.stats.dead_lettered += 1
             payload = message_payload(message)
@@ -366,7 +366,7 @@ class Puller(ReadingTasks):
         async def ack() -> None:
             if reader.unacked.pop(token, None) is None:
                 return  # acked already, or its reader left and the message comes back for it
-            entry.owners -= 1
+            entry.event_done()
             self._settle(entry)
 
         return ack

@@ -124,8 +124,9 @@ class Reader:
 
 
 @dataclasses.dataclass(eq=False)
-class _Entry:
-    """One delivered message and what its readers still hold of it."""
+class _Entry(shared_readers.Held):
+    """One delivered message and what its readers still hold of it. One to redeliver (a reader
+    failed on it) is nacked back to the queue."""
 
     message: AbstractIncomingMessage
     generation: int
@@ -133,13 +134,8 @@ class _Entry:
     deliveries: int
     #: The readers it was handed to (and not taken back from).
     handed: set[str] = dataclasses.field(default_factory=set)
-    owners: int = 0
-    dispatching: bool = True
-    #: Back to the queue (a reader failed on it or left it): nack with requeue.
-    requeue: bool = False
     #: To the broker's dead-letter exchange: nack without requeue.
     reject: bool = False
-    settled: bool = False
 
 
 class Readers(Mapping[str, Reader]):
@@ -193,7 +189,7 @@ class Readers(Mapping[str, Reader]):
         del self._readers[reader.key]
         unacked, reader.unacked = reader.unacked, {}
         for entry in unacked.values():
-            entry.owners -= 1
+            entry.event_done()
             entry.handed.discard(reader.key)
             self._settle_soon(entry)
 
@@ -261,7 +257,7 @@ class Readers(Mapping[str, Reader]):
             if reader.unacked.pop(token, None) is None:
                 return  # acked already, or its reader left and the message went back
             stats.acked += 1
-            entry.owners -= 1
+            entry.event_done()
             await self._settle(entry)
 
         event_payload, partition_key = prepared
@@ -279,7 +275,7 @@ class Readers(Mapping[str, Reader]):
             stats.events += 1
         else:
             stats.dead_lettered += 1
-        entry.owners += 1
+        entry.event_handed_out()
         reader.unacked[token] = entry
         reader.events.put_nowait(event)
 
@@ -305,7 +301,7 @@ class Readers(Mapping[str, Reader]):
         )
         if deliveries < self._spec.max_deliveries:
             self._count_failure(message, deliveries)
-            entry.requeue = True
+            entry.redeliver = True
             self._log.info("rabbitmq_message_failed", deliveries=deliveries, error=reason)
             return None
         self._failures.pop(_identity(message), None)
@@ -323,7 +319,7 @@ class Readers(Mapping[str, Reader]):
             self._failures.popitem(last=False)
 
     def _settle_soon(self, entry: _Entry) -> None:
-        if entry.owners == 0 and not entry.dispatching and not entry.settled:
+        if entry.settleable:
             self._spawn(self._settle(entry))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -337,17 +333,17 @@ class Readers(Mapping[str, Reader]):
         """Once every reader is done with the message: ack it, or nack it back to the queue (or
         to the dead-letter exchange); while a watcher the daemon runs has not read it, hold it
         (a reader that came back is handed it now)."""
-        if entry.dispatching or entry.owners or entry.settled:
+        if not entry.settleable:
             return
         current = entry.generation == self._generation and self._channel_open
-        if current and not (entry.requeue or entry.reject):
+        if current and not (entry.redeliver or entry.reject):
             for reader in list(self._readers.values()):
                 if reader.key not in entry.handed:
                     self._hand(reader, entry)
             if entry.owners:
                 return  # handed on: settled once the new readers are done too
-        # Checked again: a reader handed it just now may have failed on it (requeue).
-        if current and not (entry.requeue or entry.reject):
+        # Checked again: a reader handed it just now may have failed on it (redeliver).
+        if current and not (entry.redeliver or entry.reject):
             missing = self._expected().keys() - entry.handed
             if missing:
                 if not self._held:
@@ -366,7 +362,7 @@ class Readers(Mapping[str, Reader]):
         try:
             if entry.reject:
                 await message.nack(requeue=False)
-            elif entry.requeue and stream_offset_of(message) is None:
+            elif entry.redeliver and stream_offset_of(message) is None:
                 await message.nack(requeue=True)
             else:
                 await message.ack()

@@ -14,6 +14,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from watchers.shared_readers import Held
 from watchers.sqs.client import MAX_MESSAGES
 
 if TYPE_CHECKING:
@@ -23,20 +24,15 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(eq=False)
-class InFlight:
-    """A received message this process holds: extended until deleted or released."""
+class InFlight(Held):
+    """A received message this process holds: extended until deleted or released. One to
+    redeliver is left to reappear."""
 
     message_id: str
     receipt_handle: str
     visible_until: float  # time.monotonic() when SQS would make it visible again
     sent_at: float | None  # when SQS took it in (SentTimestamp), epoch seconds
     acked: bool = False  # being deleted
-    #: Events of readers holding the message, not yet acked.
-    owners: int = 0
-    #: Still being handed to the readers.
-    dispatching: bool = True
-    #: Some reader must see it again: once the others are done it is left to reappear.
-    redeliver: bool = False
 
 
 class InFlightMessages:

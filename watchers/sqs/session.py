@@ -233,7 +233,7 @@ class _SqsSession(ReadingTasks):
         reader.free_slots()
         for entries in unacked.values():
             for entry in entries:
-                entry.owners -= 1
+                entry.event_done()
                 entry.redeliver = True
                 self._settle(entry)
 
@@ -399,14 +399,15 @@ class _SqsSession(ReadingTasks):
                     entry.redeliver = True  # it left meanwhile
                 continue
             for entry in entries:
-                entry.owners += 1
+                entry.event_handed_out()
             reader.unacked[token] = entries
             reader.events.put_nowait(event)
 
     def _settle(self, entry: InFlight) -> None:
         """Once every reader is done with the message: delete it, or leave it to reappear."""
-        if entry.dispatching or entry.owners or entry.acked:
+        if not entry.settleable:
             return
+        entry.settled = True
         if entry.redeliver:
             self._in_flight.forget(entry)
         else:
@@ -473,7 +474,7 @@ class _SqsSession(ReadingTasks):
         if reader.unacked.pop(token, None) is None:
             return  # acked already, or its reader left and the messages reappear for it
         for entry in entries:
-            entry.owners -= 1
+            entry.event_done()
             self._settle(entry)
 
     async def _failed(
