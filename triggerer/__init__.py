@@ -15,6 +15,7 @@ if typing.TYPE_CHECKING:
     from triggerer.pipelines import Metadata, Pipeline, pipeline
     from triggerer.schedules import (
         AssetOrTimeSchedule,
+        Batch,
         CronPartitionTimetable,
         PartitionedAssetTimetable,
     )
@@ -29,6 +30,7 @@ __all__ = (
     "AssetOrTimeSchedule",
     "AssetWatcher",
     "BaseEventTrigger",
+    "Batch",
     "CronPartitionTimetable",
     "Metadata",
     "PartitionedAssetTimetable",
@@ -65,6 +67,7 @@ _HOMES = {
     "triggerer.pipelines": ("Metadata", "Pipeline", "pipeline"),
     "triggerer.schedules": (
         "AssetOrTimeSchedule",
+        "Batch",
         "CronPartitionTimetable",
         "PartitionedAssetTimetable",
     ),

@@ -1,12 +1,16 @@
-"""Assets, aliases and the conditions built from them with ``&`` and ``|``."""
+"""Assets, aliases and the conditions built from them with ``&`` and ``|``, an AND's window
+(``within``) and reset."""
 
 from __future__ import annotations
 
+import zoneinfo
 from collections.abc import Collection, Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 import msgspec
 
+from triggerer.crons import validate_cron
 from triggerer.triggers import BaseEventTrigger, check_json
 from triggerer.uri import normalize_uri, validate_name
 
@@ -31,6 +35,14 @@ class BaseAsset:
     def evaluate(self, updated: Collection[BaseAsset]) -> bool:
         """Whether the condition holds when the assets (or aliases) in ``updated`` have events."""
         raise NotImplementedError
+
+    def within(self, span: timedelta) -> AssetAll:
+        """Only an AND has a window (:meth:`AssetAll.within`): a TypeError saying so."""
+        raise TypeError(
+            f"({self}).within({span!r}): only an AND of assets has a window, e.g. "
+            "(a & b).within(timedelta(hours=2)); an OR or a single asset holds on one event, "
+            "with nothing to be within"
+        )
 
     def iter_assets(self) -> Iterator[Asset]:
         """Every asset named in the condition, depth first."""
@@ -152,9 +164,17 @@ class _AssetBooleanCondition(BaseAsset):
         objects: list[BaseAsset] = []
         for item in items:
             _operand(item, self._symbol)
-            # a | b | c is one AssetAny of three: nested conditions of the same kind flatten.
-            objects.extend(item.objects if isinstance(item, type(self)) else (item,))
+            # a | b | c is one AssetAny of three: nested conditions of the same kind flatten
+            # (an AND with a window or a reset of its own stays one operand).
+            if isinstance(item, _AssetBooleanCondition) and type(item) is type(self):
+                objects.extend(item.objects if not item._timed() else (item,))
+            else:
+                objects.append(item)
         self.objects: tuple[BaseAsset, ...] = tuple(objects)
+
+    def _timed(self) -> bool:
+        """Whether it has a window or a reset, which make it more than its operands."""
+        return False
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, type(self)):
@@ -186,14 +206,110 @@ class _AssetBooleanCondition(BaseAsset):
 
 
 class AssetAll(_AssetBooleanCondition):
-    """Holds when every operand holds (what ``a & b`` builds)."""
+    """Holds when every operand holds (what ``a & b`` builds).
 
-    __slots__ = ()
+    ``within``: only for events that lie within that span of each other; a queued event of an
+    operand leaves the pipeline's queue (expires) that long after its own timestamp.
+    ``reset``: a cron expression (in ``reset_timezone``, UTC by default) at each of whose ticks
+    the operands' queued events are cleared.
+    """
+
+    __slots__ = ("reset", "reset_timezone", "window")
     _symbol = "&"
     _json_key = "all"
 
+    def __init__(
+        self,
+        *items: BaseAsset,
+        within: timedelta | None = None,
+        reset: str | None = None,
+        reset_timezone: str | None = None,
+    ) -> None:
+        super().__init__(*items)
+        self.window = self.reset = self.reset_timezone = None  # read by str() in the errors
+        if within is not None and not (isinstance(within, timedelta) and within > timedelta(0)):
+            raise ValueError(
+                f"{self}: within={within!r} must be a positive timedelta, e.g. "
+                "within=timedelta(hours=2)"
+            )
+        if within is not None and len(self.objects) < 2:
+            raise ValueError(f"{self}: within={within!r} needs an AND of two or more operands")
+        if reset is not None:
+            try:
+                validate_cron(reset)
+            except ValueError as error:
+                raise ValueError(f"{self}: reset={reset!r}: {error}") from None
+        if reset_timezone is not None:
+            if reset is None:
+                raise ValueError(f"{self}: reset_timezone={reset_timezone!r} without a reset")
+            try:
+                zoneinfo.ZoneInfo(reset_timezone)
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+                raise ValueError(
+                    f"{self}: reset_timezone={reset_timezone!r} is not an IANA time zone name, "
+                    "e.g. 'Europe/Paris'"
+                ) from None
+        self.window = within
+        self.reset = reset
+        self.reset_timezone = reset_timezone
+
+    def within(self, span: timedelta) -> AssetAll:
+        """This AND, holding only for events within ``span`` of each other."""
+        return AssetAll(
+            *self.objects, within=span, reset=self.reset, reset_timezone=self.reset_timezone
+        )
+
+    def _timed(self) -> bool:
+        return self.window is not None or self.reset is not None
+
     def evaluate(self, updated: Collection[BaseAsset]) -> bool:
         return all(item.evaluate(updated) for item in self.objects)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AssetAll):
+            return NotImplemented
+        return (self.objects, self.window, self.reset, self.reset_timezone) == (
+            other.objects,
+            other.window,
+            other.reset,
+            other.reset_timezone,
+        )
+
+    def __hash__(self) -> int:
+        return hash((AssetAll, self.objects, self.window, self.reset, self.reset_timezone))
+
+    def __repr__(self) -> str:
+        options = [
+            f"{name}={value!r}"
+            for name, value in (
+                ("within", self.window),
+                ("reset", self.reset),
+                ("reset_timezone", self.reset_timezone),
+            )
+            if value is not None
+        ]
+        return f"AssetAll({', '.join([*map(repr, self.objects), *options])})"
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if not self._timed():
+            return text
+        if self.window is not None:
+            text = f"({text}) within {self.window}"
+        if self.reset is not None:
+            zone = f" {self.reset_timezone}" if self.reset_timezone else " UTC"
+            text = f"({text}) reset at '{self.reset}'{zone}"
+        return text
+
+    def as_json(self) -> Any:
+        tree: dict[str, Any] = super().as_json()
+        if self.window is not None:
+            tree["within_s"] = self.window.total_seconds()
+        if self.reset is not None:
+            tree["reset"] = self.reset
+        if self.reset_timezone is not None:
+            tree["reset_timezone"] = self.reset_timezone
+        return tree
 
 
 class AssetAny(_AssetBooleanCondition):

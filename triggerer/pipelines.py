@@ -11,6 +11,7 @@ from typing import Any, Literal
 from triggerer.assets import Asset, AssetAlias, BaseAsset, json_mapping
 from triggerer.schedules import (
     AssetOrTimeSchedule,
+    Batch,
     CronPartitionTimetable,
     CronSchedule,
     PartitionedAssetTimetable,
@@ -60,6 +61,9 @@ class Pipeline:
     max_active_runs: int = 16
     run_policy: RunPolicy = "coalesce"
     max_events_per_run: int | None = None
+    batch: Batch | None = None
+    debounce_s: float | None = None
+    max_backlog: int | None = None
     retries: int = 0
     retry_delay_s: float = 10.0
     timeout_s: float | None = None
@@ -80,6 +84,9 @@ class Pipeline:
         max_active_runs: int = 16,
         run_policy: RunPolicy = "coalesce",
         max_events_per_run: int | None = None,
+        batch: Batch | None = None,
+        debounce_s: float | None = None,
+        max_backlog: int | None = None,
         retries: int = 0,
         retry_delay_s: float = 10.0,
         timeout_s: float | None = None,
@@ -104,6 +111,7 @@ class Pipeline:
             ("max_active_runs", max_active_runs, 1),
             ("retries", retries, 0),
             ("max_events_per_run", max_events_per_run, 1),
+            ("max_backlog", max_backlog, 1),
         ):
             if value is not None and (
                 not isinstance(value, int) or isinstance(value, bool) or value < minimum
@@ -129,6 +137,7 @@ class Pipeline:
                 f"pipeline {pipeline_id!r}: timeout_s={timeout_s!r}; must be a number of seconds "
                 "above 0, e.g. timeout_s=3600 for an hour (or None: no limit)"
             )
+        _check_timing(pipeline_id, schedule, run_policy, max_events_per_run, batch, debounce_s)
         if params is not None:
             json_mapping(params, f"pipeline {pipeline_id!r} params")
         for name, items in (("outlets", outlets), ("inlets", inlets)):
@@ -157,6 +166,9 @@ class Pipeline:
             "max_active_runs": max_active_runs,
             "run_policy": run_policy,
             "max_events_per_run": max_events_per_run,
+            "batch": batch,
+            "debounce_s": debounce_s,
+            "max_backlog": max_backlog,
             "retries": retries,
             "retry_delay_s": retry_delay_s,
             "timeout_s": timeout_s,
@@ -193,6 +205,52 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<Pipeline {self.pipeline_id!r} schedule={self.schedule}>"
+
+
+def _check_timing(
+    pipeline_id: str,
+    schedule: object,
+    run_policy: str,
+    max_events_per_run: int | None,
+    batch: object,
+    debounce_s: object,
+) -> None:
+    """A ``batch`` and a ``debounce_s`` hold back runs of an asset condition: refuse them
+    where they mean nothing or contradict another option."""
+    where = f"pipeline {pipeline_id!r}"
+    if batch is not None and not isinstance(batch, Batch):
+        raise TypeError(
+            f"{where}: batch={batch!r} must be a Batch, e.g. "
+            "batch=Batch(max_events=500, max_wait_s=60)"
+        )
+    if debounce_s is not None and not (
+        isinstance(debounce_s, (int, float))
+        and not isinstance(debounce_s, bool)
+        and 0 < debounce_s < math.inf
+    ):
+        raise ValueError(
+            f"{where}: debounce_s={debounce_s!r}; must be a number of seconds above 0, "
+            "e.g. debounce_s=30"
+        )
+    timed = [
+        f"{name}={value!r}"
+        for name, value in (("batch", batch), ("debounce_s", debounce_s))
+        if value is not None
+    ]
+    if not timed:
+        return
+    if isinstance(schedule, (str, CronSchedule, CronPartitionTimetable)) or schedule is None:
+        raise ValueError(f"{where}: {timed[0]} holds back runs of assets; its schedule has none")
+    if batch is not None and run_policy == "per_event":
+        raise ValueError(
+            f"{where}: batch={batch!r} with run_policy='per_event': a per-event run takes one "
+            "event per asset, a batch many; use run_policy='coalesce'"
+        )
+    if batch is not None and max_events_per_run is not None:
+        raise ValueError(
+            f"{where}: batch={batch!r} with max_events_per_run={max_events_per_run}: the "
+            "batch's max_events bounds a run's events; give one of them"
+        )
 
 
 def normalize_schedule(schedule: object) -> Schedule | None:

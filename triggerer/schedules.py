@@ -1,37 +1,48 @@
-"""Schedules beyond a plain asset condition: cron, time + asset, and partitions."""
+"""Schedules beyond a plain asset condition: cron, time + asset, partitions, and a batching
+window."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from croniter import CroniterError, croniter
-
 from triggerer.assets import AssetAll, BaseAsset
+from triggerer.crons import validate_cron
 from triggerer.partitions import PartitionKeyMapper
 
 
-def validate_cron(cron: str) -> str:
-    """``cron`` if it is a valid expression or preset, else a ``ValueError`` naming it."""
-    if not isinstance(cron, str) or not croniter.is_valid(cron):
-        raise ValueError(
-            f"invalid cron expression {cron!r}: use five fields like '*/5 * * * *' "
-            "or a preset (@hourly, @daily, @weekly, @monthly, @yearly)"
-        )
-    try:
-        next_tick(cron, datetime.now(UTC))
-    except CroniterError as error:
-        # Valid fields can name a day that never comes ('0 0 31 2 *'): no tick to wait for.
-        raise ValueError(f"cron expression {cron!r} never fires: {error}") from error
-    return cron
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Batch:
+    """A pipeline's batching window: a run starts once ``max_events`` events are queued, or once
+    the oldest has waited ``max_wait_s`` seconds, whichever comes first, and takes at most
+    ``max_events``, oldest first. The wait is counted from when each event was queued (stored),
+    so a daemon restarted in the middle keeps the deadline."""
+
+    max_events: int
+    max_wait_s: float
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.max_events, int)
+            or isinstance(self.max_events, bool)
+            or self.max_events < 1
+        ):
+            raise ValueError(
+                f"Batch max_events={self.max_events!r} must be an integer >= 1, e.g. 500"
+            )
+        if not _positive_seconds(self.max_wait_s):
+            raise ValueError(
+                f"Batch max_wait_s={self.max_wait_s!r} must be a number of seconds above 0, e.g. 60"
+            )
+
+    def __str__(self) -> str:
+        return f"batch of {self.max_events} or {self.max_wait_s:g} s"
 
 
-def next_tick(cron: str, after: datetime) -> datetime:
-    """The first tick of ``cron`` strictly after ``after`` (same timezone)."""
-    tick: datetime = croniter(cron, after).get_next(datetime)
-    return tick
+def _positive_seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def as_condition(assets: BaseAsset | Sequence[BaseAsset]) -> BaseAsset:

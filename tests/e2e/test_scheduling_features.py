@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
 from tests.e2e.daemon import triggerer_cli, write_pipelines
-from triggerer.schedules import next_tick
+from triggerer.crons import next_tick
 from triggerer.service.store import models
 
 if TYPE_CHECKING:

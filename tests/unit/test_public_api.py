@@ -25,6 +25,7 @@ CONTRACT_NAMES = (
     "AssetOrTimeSchedule",
     "PartitionedAssetTimetable",
     "CronPartitionTimetable",
+    "Batch",
     "ToHourly",
     "ToDaily",
     "ToWeekly",

@@ -14,7 +14,8 @@ from triggerer import (
     PartitionedAssetTimetable,
     ToDaily,
 )
-from triggerer.schedules import CronSchedule, as_condition, next_tick, validate_cron
+from triggerer.crons import next_tick, validate_cron
+from triggerer.schedules import CronSchedule, as_condition
 
 a, b = Asset("a"), Asset("b")
 

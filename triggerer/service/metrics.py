@@ -66,6 +66,12 @@ RUN_DURATION = Histogram(
     ["pipeline_id"],
     buckets=(1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 10800.0),
 )
+QUEUE_DROPS = Counter(
+    "triggerer_queued_events_dropped",
+    "Queued events that left a pipeline's queue without a run, by pipeline and reason "
+    "(expired: outside its AND's window; reset: cleared at its AND's reset tick)",
+    ["pipeline_id", "reason"],
+)
 QUEUED_EVENTS = Gauge(
     "triggerer_queued_events",
     "Events waiting in each active pipeline's queue (read from the store every heartbeat)",

@@ -34,7 +34,7 @@ from triggerer.partitions import (
     ToWeekly,
     ToYearly,
 )
-from triggerer.schedules import PartitionedAssetTimetable
+from triggerer.schedules import Batch, PartitionedAssetTimetable
 from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.reads import queries
 from triggerer.service.reads.explain import condition_of
@@ -295,14 +295,19 @@ async def _replay_for(
         replay_id = None
         candidates = (
             await session.execute(
-                select(models.AssetEvent.id, models.AssetEvent.partition_key, _queued(pipeline_id))
+                select(
+                    models.AssetEvent.id,
+                    models.AssetEvent.partition_key,
+                    models.AssetEvent.timestamp,
+                    _queued(pipeline_id),
+                )
                 .where(in_range, ~_replayed(pipeline_id))
                 .order_by(models.AssetEvent.id)
             )
         ).all()
         covered = len(candidates)
-        new = [(event_id, key) for event_id, key, queued in candidates if not queued]
-        queued_ids = [event_id for event_id, _ in new]
+        new = [(event_id, key, at) for event_id, key, at, queued in candidates if not queued]
+        queued_ids = [event_id for event_id, _, _ in new]
         queued = len(new)
     else:
         replay_id, covered, queued = await _record(
@@ -397,13 +402,15 @@ class _StoredPipeline:
     schedule: Schedule | None
     run_policy: RunPolicy
     max_events_per_run: int | None
+    batch: Batch | None
+    debounce_s: float | None
 
 
 async def _predict(
     session: AsyncSession,
     pipeline: models.Pipeline,
     asset_id: int,
-    new: list[tuple[int, str | None]],
+    new: list[tuple[int, str | None, dt.datetime]],
 ) -> tuple[list[PredictedRun] | None, bool, str | None]:
     """The runs the pipeline's queue (plus the ``new`` rows a dry run would queue: event id,
     partition key) would start, as the scheduler picks them; whether more would follow; and
@@ -424,8 +431,13 @@ async def _predict(
                 f"its partition key mapper {mapper_text} is known to the daemon only",
             )
         schedule = PartitionedAssetTimetable(assets=condition, partition_key_mapper=mapper)
+    batch = pipeline.schedule.get("batch")
     picking = _StoredPipeline(
-        schedule, cast("RunPolicy", pipeline.run_policy), pipeline.max_events_per_run
+        schedule,
+        cast("RunPolicy", pipeline.run_policy),
+        pipeline.max_events_per_run,
+        None if batch is None else Batch(**batch),
+        pipeline.schedule.get("debounce_s"),
     )
     registry = await _registry(session, condition)
     members = await members_of_aliases(session, condition, registry)
@@ -438,23 +450,32 @@ async def _predict(
                 queue.event_id,
                 queue.asset_id,
                 queue.partition_key,
+                models.AssetEvent.timestamp,
+                queue.created_at,
                 queue.replay_id.is_not(None),
             )
+            .join(models.AssetEvent, models.AssetEvent.id == queue.event_id)
             .where(queue.pipeline_id == pipeline.pipeline_id)
             .order_by(queue.id)
         )
     ]
     last = rows[-1].row_id if rows else 0
+    now = utcnow()
     rows.extend(
-        Queued(last + n, event_id, asset_id, key, replayed=True)
-        for n, (event_id, key) in enumerate(new, start=1)
+        Queued(last + n, event_id, asset_id, key, at, now, replayed=True)
+        for n, (event_id, key, at) in enumerate(new, start=1)
     )
     runs: list[PredictedRun] = []
     while True:
-        pick = pick_run(picking, condition, rows, registry, members)
+        pick = pick_run(picking, condition, rows, registry, members, now)
         if not pick.rows:
-            note = "; ".join(pick.problems) or None
-            return runs, False, note
+            problems = list(pick.problems)
+            if pick.dropped and not runs:
+                problems.append(
+                    f"{len(pick.dropped)} queued event(s) would leave the queue at once, "
+                    f"{pick.dropped[0].reason} (see docs/scheduling.md)"
+                )
+            return runs, False, "; ".join(problems) or None
         if len(runs) == PREDICTED_RUNS:
             return runs, True, None
         runs.append(
@@ -476,7 +497,15 @@ def _condition(tree: Any) -> BaseAsset:
     if "alias" in tree:
         return AssetAlias(tree["alias"]["name"])
     items = [_condition(item) for item in tree.get("all", tree.get("any"))]
-    return AssetAll(*items) if "all" in tree else AssetAny(*items)
+    if "any" in tree:
+        return AssetAny(*items)
+    within = tree.get("within_s")
+    return AssetAll(
+        *items,
+        within=None if within is None else dt.timedelta(seconds=within),
+        reset=tree.get("reset"),
+        reset_timezone=tree.get("reset_timezone"),
+    )
 
 
 async def _registry(session: AsyncSession, condition: BaseAsset) -> Registry:

@@ -17,7 +17,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.assets import Asset, AssetAlias, AssetWatcher
-from triggerer.schedules import PartitionedAssetTimetable, next_tick
+from triggerer.crons import next_tick
+from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service.store import models
 from triggerer.service.store.keys import import_error_key, trigger_key
 from triggerer.service.store.states import RefRole, TriggerState
@@ -326,6 +327,10 @@ async def _sync_pipelines(
         row.schedule = {
             "schedule": schedule.as_json() if schedule is not None else None,
             "cron": pipeline.cron,
+            # What holds runs back beyond the condition, for the CLI's explain and replay.
+            "batch": None if pipeline.batch is None else dataclasses.asdict(pipeline.batch),
+            "debounce_s": pipeline.debounce_s,
+            "max_backlog": pipeline.max_backlog,
         }
         row.schedule_text = str(schedule) if schedule is not None else "manual"
         row.is_active = True

@@ -170,15 +170,25 @@ async def queued_rows(session: AsyncSession, pipeline_id: str) -> list[Queued]:
             models.QueuedEvent.event_id,
             models.QueuedEvent.asset_id,
             models.QueuedEvent.partition_key,
+            models.AssetEvent.timestamp,
+            models.QueuedEvent.created_at,
             models.QueuedEvent.replay_id.is_not(None),
         )
+        .join(models.AssetEvent, models.AssetEvent.id == models.QueuedEvent.event_id)
         .where(models.QueuedEvent.pipeline_id == pipeline_id)
         .order_by(models.QueuedEvent.id)
     )
     if session.get_bind().dialect.name == "postgresql":
-        # Rows another scheduler is consuming are skipped rather than waited for.
-        statement = statement.with_for_update(skip_locked=True)
+        # Rows another scheduler is consuming are skipped rather than waited for; the events
+        # are read, not locked (other pipelines consume them too).
+        statement = statement.with_for_update(skip_locked=True, of=models.QueuedEvent)
     return [Queued(*row) for row in (await session.execute(statement)).all()]
+
+
+async def drop_queued(session: AsyncSession, row_ids: list[int]) -> None:
+    """Delete the queue rows ``row_ids`` (expired, or cleared by a reset): their events stay
+    stored. Rows another scheduler consumed meanwhile are gone already."""
+    await session.execute(delete(models.QueuedEvent).where(models.QueuedEvent.id.in_(row_ids)))
 
 
 async def members_of_aliases(

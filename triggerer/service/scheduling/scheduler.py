@@ -27,15 +27,17 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from triggerer.schedules import CronPartitionTimetable, next_tick
+from triggerer.crons import next_tick
+from triggerer.schedules import CronPartitionTimetable
 from triggerer.service import metrics
-from triggerer.service.scheduling.picking import Pick, describe, pick_run
+from triggerer.service.scheduling.picking import Pick, describe, is_timed, pick_run
 from triggerer.service.scheduling.schedule_queries import (
     ConsumedElsewhere,
     asset_run_id,
     assets_with_queued,
     compose_run_id,
     drop_foreign_rows,
+    drop_queued,
     insert_run,
     members_of_aliases,
     move_cron_tick,
@@ -76,6 +78,9 @@ class Scheduler:
         self._registry = registry
         self._on_run_created = on_run_created
         self._dirty: set[str] = set()
+        #: When each pipeline is to be evaluated again though nothing else changes: an event
+        #: expiring, a reset tick, a batch's or a debounce's deadline.
+        self._due: dict[str, datetime] = {}
         self._everything = True
         self._swept_at = -math.inf
         self._woken = anyio.Event()
@@ -123,12 +128,24 @@ class Scheduler:
         else:
             dirty = self._dirty
         self._dirty = set()
+        dirty |= self._take_due()
         for pipeline_id in sorted(dirty):
             # A pipeline woken meanwhile waits for one evaluation, not for the rest of a pass
             # over a thousand others.
             await self._schedule_woken(registry)
             await self._schedule_named(pipeline_id, registry)
-        return await self._fire_cron(registry)
+        wait_s = await self._fire_cron(registry)
+        if self._due:
+            wait_s = min(wait_s, (min(self._due.values()) - utcnow()).total_seconds())
+        return max(wait_s, 0.0)
+
+    def _take_due(self) -> set[str]:
+        """The pipelines whose due time has come, no longer due."""
+        now = utcnow()
+        due = {pipeline_id for pipeline_id, at in self._due.items() if at <= now}
+        for pipeline_id in due:
+            del self._due[pipeline_id]
+        return due
 
     async def _schedule_woken(self, registry: Registry) -> None:
         while self._dirty:
@@ -152,6 +169,7 @@ class Scheduler:
         database errors propagate.
         """
         created = 0
+        self._due.pop(pipeline.pipeline_id, None)
         try:
             while (run_id := await self._next_asset_run(pipeline, registry)) is not None:
                 created += 1
@@ -178,6 +196,8 @@ class Scheduler:
     async def _create_asset_run(
         self, session: AsyncSession, pipeline: Pipeline, registry: Registry
     ) -> str | None:
+        """The run the queue of ``pipeline`` allows now, created, after dropping the queue rows
+        time has taken out (expired, reset); when to look again without a change is noted."""
         paused, error, active_runs = await pipeline_state(session, pipeline.pipeline_id)
         if pipeline.condition is None:
             if pipeline.cron is None:
@@ -188,6 +208,19 @@ class Scheduler:
         if paused is not False or active_runs >= pipeline.max_active_runs:
             return None
         pick = await _pick_queued(session, pipeline, pipeline.condition, registry)
+        if pick.dropped:
+            await drop_queued(session, [drop.row.row_id for drop in pick.dropped])
+            for drop in pick.dropped:
+                metrics.QUEUE_DROPS.labels(pipeline.pipeline_id, drop.reason).inc()
+                log.info(
+                    "queued_event_dropped",
+                    pipeline_id=pipeline.pipeline_id,
+                    event_id=drop.row.event_id,
+                    reason=drop.reason,
+                    at=drop.at.isoformat(),
+                )
+        if pick.due is not None:
+            self._due[pipeline.pipeline_id] = pick.due
         if not pick.rows:
             await _report(session, pipeline.pipeline_id, error, "; ".join(pick.problems) or None)
             return None
@@ -307,13 +340,17 @@ async def _pick_queued(
     """The queue rows of the next run of ``pipeline``, if its condition allows one now."""
     alias_members = await members_of_aliases(session, condition, registry)
     # Cheap first: which assets have any queued event; a backlog waiting for another asset
-    # of an AND is not read again on every wake.
-    candidates = {registry.asset_ids[a] for a in condition.iter_assets()} | set(alias_members)
-    present = await assets_with_queued(session, pipeline.pipeline_id, candidates)
-    if not condition.evaluate(_updated(present, registry, alias_members)):
-        return Pick()
+    # of an AND is not read again on every wake. Where time changes the queue (windows,
+    # resets, batches, debounce), its rows are read: they may expire or come due.
+    if not is_timed(pipeline, condition):
+        candidates = {registry.asset_ids[a] for a in condition.iter_assets()}
+        present = await assets_with_queued(
+            session, pipeline.pipeline_id, candidates | set(alias_members)
+        )
+        if not condition.evaluate(_updated(present, registry, alias_members)):
+            return Pick()
     rows = await queued_rows(session, pipeline.pipeline_id)
-    return pick_run(pipeline, condition, rows, registry, alias_members)
+    return pick_run(pipeline, condition, rows, registry, alias_members, utcnow())
 
 
 def _updated(
