@@ -323,6 +323,29 @@ class AssetAny(_AssetBooleanCondition):
         return any(item.evaluate(updated) for item in self.objects)
 
 
+def lifetimes(condition: BaseAsset) -> dict[Asset | AssetAlias, timedelta]:
+    """How long a queued event of each asset (or alias) of ``condition`` can still make a run:
+    the widest of the windows it is named under. An asset or alias named anywhere outside a
+    window is absent: its events stay queued until a run takes them."""
+    found: dict[Asset | AssetAlias, timedelta] = {}
+    unwindowed: set[Asset | AssetAlias] = set()
+
+    def visit(node: BaseAsset, window: timedelta | None) -> None:
+        if isinstance(node, AssetAll) and node.window is not None:
+            window = node.window  # the innermost window bounds its operands
+        if isinstance(node, _AssetBooleanCondition):
+            for item in node.objects:
+                visit(item, window)
+        elif isinstance(node, (Asset, AssetAlias)):
+            if window is None:
+                unwindowed.add(node)
+            else:
+                found[node] = max(window, found.get(node, window))
+
+    visit(condition, None)
+    return {leaf: span for leaf, span in found.items() if leaf not in unwindowed}
+
+
 class AssetWatcher:
     """Turns the events of ``trigger`` into asset events on the asset that lists it."""
 

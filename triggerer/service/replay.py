@@ -24,7 +24,6 @@ from sqlalchemy import ColumnElement, and_, exists, func, literal, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from triggerer.assets import Asset, AssetAlias, AssetAll, AssetAny
 from triggerer.partitions import (
     PartitionKeyMapper,
     ToDaily,
@@ -37,7 +36,7 @@ from triggerer.partitions import (
 from triggerer.schedules import Batch, PartitionedAssetTimetable
 from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.reads import queries
-from triggerer.service.reads.explain import condition_of
+from triggerer.service.reads.explain import condition_from_tree, condition_of
 from triggerer.service.reads.views import View
 from triggerer.service.scheduling.picking import Queued, pick_run
 from triggerer.service.scheduling.registry import Registry
@@ -419,7 +418,7 @@ async def _predict(
     tree = condition_of(stored)
     if tree is None:
         return [], False, "its schedule has no asset condition"
-    condition = _condition(tree)
+    condition = condition_from_tree(tree)
     schedule: Schedule = condition
     if isinstance(stored, dict) and "partitioned" in stored:
         mapper_text = stored.get("mapper")
@@ -488,24 +487,6 @@ async def _predict(
         )
         taken = {row.row_id for row in pick.rows}
         rows = [row for row in rows if row.row_id not in taken]
-
-
-def _condition(tree: Any) -> BaseAsset:
-    """The asset condition of a stored condition tree (:meth:`BaseAsset.as_json`)."""
-    if "asset" in tree:
-        return Asset(tree["asset"]["name"], tree["asset"]["uri"])
-    if "alias" in tree:
-        return AssetAlias(tree["alias"]["name"])
-    items = [_condition(item) for item in tree.get("all", tree.get("any"))]
-    if "any" in tree:
-        return AssetAny(*items)
-    within = tree.get("within_s")
-    return AssetAll(
-        *items,
-        within=None if within is None else dt.timedelta(seconds=within),
-        reset=tree.get("reset"),
-        reset_timezone=tree.get("reset_timezone"),
-    )
 
 
 async def _registry(session: AsyncSession, condition: BaseAsset) -> Registry:

@@ -3,7 +3,9 @@
 
 The asset condition is read from the schedule the daemon stored with the pipeline (the JSON of
 :meth:`triggerer.assets.BaseAsset.as_json`) and evaluated over the assets and aliases that have
-queued events, the way the scheduler evaluates it.
+queued events, the way the scheduler evaluates it. Under an AND's window, each asset says when
+its oldest queued event expires, or which of its events expired last; a batch or a debounce
+says until when it holds the run back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from triggerer.assets import Asset, AssetAlias, AssetAll, AssetAny, BaseAsset, lifetimes
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import RunRow, View
 from triggerer.service.store import models
@@ -30,6 +33,14 @@ class QueueState(View):
     queued_events: int
     queued_since: dt.datetime | None
     """When the oldest of them was queued."""
+    window_s: float | None = None
+    """How long its events stay queued, under the windows of the condition (null: until a run
+    takes them)."""
+    expires_at: dt.datetime | None = None
+    """When its oldest queued event leaves the queue, under a window."""
+    expired_event_id: int | None = None
+    """With nothing queued: its latest event, which expired under the window without a run."""
+    expired_at: dt.datetime | None = None
 
 
 class Explanation(View):
@@ -49,6 +60,11 @@ class Explanation(View):
     active_runs: int
     max_active_runs: int
     next_cron_at: dt.datetime | None
+    batch: dict[str, Any] | None = None
+    """``{"max_events", "max_wait_s"}`` of its batching window."""
+    debounce_s: float | None = None
+    held_until: dt.datetime | None = None
+    """While its batch or debounce holds the run back: when it starts at the latest."""
     last_run: RunRow | None
     reasons: list[str]
     """Why it runs or waits, in words."""
@@ -63,6 +79,8 @@ async def explain(session: AsyncSession, pipeline_id: str) -> Explanation:
         *await _alias_states(session, pipeline_id),
     ]
     condition = condition_of(pipeline.schedule.get("schedule"))
+    if condition is not None:
+        states = await _with_windows(session, pipeline_id, condition_from_tree(condition), states)
     met = None
     if condition is not None:
         met = holds(
@@ -90,6 +108,9 @@ async def explain(session: AsyncSession, pipeline_id: str) -> Explanation:
         active_runs=active or 0,
         max_active_runs=pipeline.max_active_runs,
         next_cron_at=pipeline.next_cron_at,
+        batch=pipeline.schedule.get("batch"),
+        debounce_s=pipeline.schedule.get("debounce_s"),
+        held_until=await _held_until(session, pipeline_id, pipeline.schedule),
         last_run=last[0] if last else None,
         reasons=[],
     )
@@ -103,6 +124,24 @@ def condition_of(schedule: Any) -> Any:
     if schedule.keys() & {"asset", "alias", "all", "any"}:
         return schedule
     return schedule.get("assets") or schedule.get("partitioned")
+
+
+def condition_from_tree(tree: Any) -> BaseAsset:
+    """The asset condition of a stored condition tree (:meth:`BaseAsset.as_json`)."""
+    if "asset" in tree:
+        return Asset(tree["asset"]["name"], tree["asset"]["uri"])
+    if "alias" in tree:
+        return AssetAlias(tree["alias"]["name"])
+    items = [condition_from_tree(item) for item in tree.get("all", tree.get("any"))]
+    if "any" in tree:
+        return AssetAny(*items)
+    within = tree.get("within_s")
+    return AssetAll(
+        *items,
+        within=None if within is None else dt.timedelta(seconds=within),
+        reset=tree.get("reset"),
+        reset_timezone=tree.get("reset_timezone"),
+    )
 
 
 def holds(condition: Any, assets: set[tuple[str, str | None]], aliases: set[str]) -> bool:
@@ -129,8 +168,27 @@ def _reasons(explained: Explanation) -> list[str]:
     if explained.error:
         reasons.append(f"failing since {explained.error_at}: {explained.error}")
     missing = [s.name for s in explained.assets if not s.queued_events]
+    for state in explained.assets:
+        if state.expired_at is not None:
+            reasons.append(
+                f"{state.name}: its event {state.expired_event_id} expired at "
+                f"{state.expired_at} (window {dt.timedelta(seconds=state.window_s or 0)})"
+            )
+        elif state.expires_at is not None and state.queued_events:
+            reasons.append(f"{state.name}: its oldest queued event expires at {state.expires_at}")
     if explained.condition_met is False:
         reasons.append(f"waiting: no queued event of {', '.join(missing)}")
+    if explained.held_until is not None and explained.condition_met:
+        holding = "batch" if explained.batch is not None else "debounce"
+        if explained.batch is not None and explained.debounce_s is not None:
+            holding = "batch and debounce"
+        reasons.append(
+            f"held back by its {holding}: the run starts at {explained.held_until} at the "
+            "latest (sooner if the batch fills)"
+            if explained.batch is not None
+            else f"held back by its debounce: the run starts at {explained.held_until} if no "
+            "event comes before"
+        )
     if explained.active_runs >= explained.max_active_runs:
         reasons.append(
             f"at max_active_runs ({explained.max_active_runs}): the next run starts when one ends"
@@ -200,3 +258,90 @@ async def _alias_states(session: AsyncSession, pipeline_id: str) -> list[QueueSt
         QueueState(name=name, uri=None, alias=True, queued_events=count, queued_since=since)
         for name, count, since in rows.all()
     ]
+
+
+async def _with_windows(
+    session: AsyncSession, pipeline_id: str, condition: BaseAsset, states: list[QueueState]
+) -> list[QueueState]:
+    """``states`` with, for each asset under a window, when its oldest queued event expires,
+    or (nothing queued) which of its events expired last without a run."""
+    spans = {
+        (leaf.name, leaf.uri if isinstance(leaf, Asset) else None): span
+        for leaf, span in lifetimes(condition).items()
+    }
+    if not spans:
+        return states
+    now = dt.datetime.now(dt.UTC)
+    updated = []
+    for state in states:
+        span = spans.get((state.name, state.uri))
+        if span is None or state.alias:
+            updated.append(state)
+            continue
+        latest = await _latest_unconsumed(session, pipeline_id, state, queued=state.queued_events)
+        changes: dict[str, Any] = {"window_s": span.total_seconds()}
+        if latest is not None:
+            event_id, at = latest
+            if state.queued_events:
+                changes["expires_at"] = at + span
+            elif at + span <= now:
+                changes |= {"expired_event_id": event_id, "expired_at": at + span}
+        updated.append(state.model_copy(update=changes))
+    return updated
+
+
+async def _latest_unconsumed(
+    session: AsyncSession, pipeline_id: str, state: QueueState, *, queued: int
+) -> tuple[int, dt.datetime] | None:
+    """With events queued: the oldest queued event of the asset (id, timestamp); without: its
+    latest event, unless a run of the pipeline consumed it."""
+    event, queue = models.AssetEvent, models.QueuedEvent
+    asset = select(models.Asset.id).where(
+        models.Asset.name == state.name, models.Asset.uri == state.uri
+    )
+    if queued:
+        statement = (
+            select(event.id, event.timestamp)
+            .join(queue, queue.event_id == event.id)
+            .where(queue.pipeline_id == pipeline_id, queue.asset_id.in_(asset.scalar_subquery()))
+            .order_by(event.timestamp)
+            .limit(1)
+        )
+    else:
+        consumed = select(models.RunEvent.event_id).where(
+            models.RunEvent.pipeline_id == pipeline_id, models.RunEvent.event_id == event.id
+        )
+        statement = (
+            select(event.id, event.timestamp)
+            .where(event.asset_id.in_(asset.scalar_subquery()), ~consumed.exists())
+            .order_by(event.id.desc())
+            .limit(1)
+        )
+    row = (await session.execute(statement)).first()
+    return None if row is None else (row[0], row[1])
+
+
+async def _held_until(
+    session: AsyncSession, pipeline_id: str, schedule: dict[str, Any]
+) -> dt.datetime | None:
+    """When the pipeline's batch or debounce lets its queued events start a run at the latest,
+    counted from when they were queued (``None``: neither holds it, or nothing is queued)."""
+    batch, debounce_s = schedule.get("batch"), schedule.get("debounce_s")
+    if batch is None and debounce_s is None:
+        return None
+    queue = models.QueuedEvent
+    count, oldest, newest = (
+        await session.execute(
+            select(func.count(), func.min(queue.created_at), func.max(queue.created_at)).where(
+                queue.pipeline_id == pipeline_id
+            )
+        )
+    ).one()
+    if not count or (batch is not None and count >= batch["max_events"]):
+        return None
+    deadlines = []
+    if batch is not None:
+        deadlines.append(oldest + dt.timedelta(seconds=batch["max_wait_s"]))
+    if debounce_s is not None:
+        deadlines.append(newest + dt.timedelta(seconds=debounce_s))
+    return min(deadlines)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from croniter import croniter
 from sqlalchemy.exc import StatementError
 
-from triggerer.assets import Asset, AssetAlias, AssetAll, AssetAny
+from triggerer.assets import Asset, AssetAlias, AssetAll, AssetAny, lifetimes
 from triggerer.crons import next_tick
 from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service.store.failures import is_outage
@@ -188,35 +188,15 @@ class _Clock:
         #: By asset id, how long its events stay queued (an asset named anywhere outside a
         #: window stays: it is absent here).
         self._lifetimes: dict[int, timedelta] = {}
-        unwindowed: set[int] = set()
-        self._leaves(condition, None, self._lifetimes, unwindowed)
-        for asset_id in unwindowed:
-            self._lifetimes.pop(asset_id, None)
+        for leaf, span in lifetimes(condition).items():
+            for asset_id in self._asset_ids(leaf):
+                self._lifetimes[asset_id] = max(span, self._lifetimes.get(asset_id, span))
         #: The resets: the asset ids each clears, its cron and time zone.
         self._resets = [
             (self._asset_ids(node), node.reset, node.reset_timezone)
             for node in _timed_ands(condition)
             if node.reset is not None
         ]
-
-    def _leaves(
-        self,
-        condition: BaseAsset,
-        window: timedelta | None,
-        lifetimes: dict[int, timedelta],
-        unwindowed: set[int],
-    ) -> None:
-        if isinstance(condition, AssetAll) and condition.window is not None:
-            window = condition.window  # the innermost window bounds its operands
-        if isinstance(condition, (AssetAll, AssetAny)):
-            for item in condition.objects:
-                self._leaves(item, window, lifetimes, unwindowed)
-            return
-        for asset_id in self._asset_ids(condition):
-            if window is None:
-                unwindowed.add(asset_id)
-            else:
-                lifetimes[asset_id] = max(window, lifetimes.get(asset_id, window))
 
     def _asset_ids(self, condition: BaseAsset) -> set[int]:
         return _asset_ids(condition, self._registry, self._alias_members)

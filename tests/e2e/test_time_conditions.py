@@ -1,0 +1,232 @@
+"""Conditions with time in them through ``triggerer run --config FILE``, on SQLite and
+PostgreSQL: a windowed AND, a batch (at its size, at its deadline, and across a restart in the
+middle of its window), a debounce, and a reset missed while no daemon ran.
+
+Events come as users send them: messages on a Kafka topic (those that must arrive together
+or close together), ``triggerer events emit`` against the daemon's config (the others). Each
+time the test checks is a time the daemon stored (an event's timestamp, a run's creation), so a
+busy machine makes it slower, not wrong.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+from sqlalchemy import select, update
+
+from tests.e2e.daemon import triggerer_cli
+from triggerer.service.store import models
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from tests.e2e.conftest import MakeDeployment
+    from tests.e2e.daemon import Deployment
+
+WINDOW_S = 6
+BATCH_WAIT_S = 8
+DEBOUNCE_S = 4
+TIMEOUT_S = 90.0
+
+PIPELINES = (
+    """
+from datetime import timedelta
+
+from triggerer import Asset, AssetAll, AssetWatcher, Batch, pipeline
+from watchers import KafkaTrigger
+
+
+def fed(name):  # the asset, fed by the messages of the test's topic that name it
+    return Asset(name, watchers=[AssetWatcher(f"{{name}}_feed", KafkaTrigger(
+        bootstrap_servers="{bootstrap}", topics=["{topic}"], group_id=f"{topic}-{{name}}",
+        filter={{"path": "$.value.asset", "equals": name}},
+        session_timeout_ms=6000, heartbeat_interval_ms=1000))])
+
+
+orders, customers, clicks, edits = fed("orders"), fed("customers"), fed("clicks"), fed("edits")
+left, right = Asset("left"), Asset("right")
+
+
+@pipeline(schedule=(orders & customers).within(timedelta(seconds=WINDOW_S)))
+def paired(spark, context):
+    pass
+
+
+@pipeline(schedule=clicks, batch=Batch(max_events=3, max_wait_s=BATCH_WAIT_S))
+def batched(spark, context):
+    pass
+
+
+@pipeline(schedule=edits, debounce_s=DEBOUNCE_S)
+def debounced(spark, context):
+    pass
+
+
+@pipeline(schedule=AssetAll(left, right, reset="0 0 * * *"))
+def daily_pair(spark, context):
+    pass
+""".replace("WINDOW_S", str(WINDOW_S))
+    .replace("BATCH_WAIT_S", str(BATCH_WAIT_S))
+    .replace("DEBOUNCE_S", str(DEBOUNCE_S))
+)
+
+
+class Triggerer:
+    """The ``triggerer`` command on the test's config file."""
+
+    def __init__(self, deployment: Deployment, config: Path) -> None:
+        self._env = {k: v for k, v in deployment.env().items() if not k.startswith("TRIGGERER_")}
+        self._config = str(config)
+
+    async def __call__(self, *arguments: str) -> str:
+        done = await triggerer_cli(self._env, "--config", self._config, *arguments)
+        assert done.returncode == 0, (arguments, done.stderr.decode())
+        return done.stdout.decode()
+
+    async def explain_until(self, pipeline_id: str, text: str) -> str:
+        """``triggerer explain PIPELINE`` once it says ``text``."""
+        with anyio.fail_after(TIMEOUT_S):
+            while True:
+                explained = await self("explain", pipeline_id)
+                if text in explained:
+                    return explained
+                await anyio.sleep(0.5)
+
+    async def emit(self, asset: str, count: int = 1) -> None:
+        for _ in range(count):
+            await self("events", "emit", asset)
+
+
+async def runs_of(session: AsyncSession, pipeline_id: str) -> list[tuple[models.Run, list[int]]]:
+    """The pipeline's runs, oldest first, each with the ids of the events it consumed."""
+    runs = list(
+        await session.scalars(
+            select(models.Run).where(models.Run.pipeline_id == pipeline_id).order_by(models.Run.id)
+        )
+    )
+    consumed = {run.id: [] for run in runs}
+    for run_pk, event_id in await session.execute(
+        select(models.RunEvent.run_pk, models.RunEvent.event_id)
+        .where(models.RunEvent.pipeline_id == pipeline_id)
+        .order_by(models.RunEvent.event_id)
+    ):
+        consumed[run_pk].append(event_id)
+    return [(run, consumed[run.id]) for run in runs]
+
+
+async def events_on(session: AsyncSession, asset: str) -> list[models.AssetEvent]:
+    return list(
+        await session.scalars(
+            select(models.AssetEvent)
+            .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+            .where(models.Asset.name == asset)
+            .order_by(models.AssetEvent.id)
+        )
+    )
+
+
+async def queued_for(session: AsyncSession, pipeline_id: str) -> list[int]:
+    return list(
+        await session.scalars(
+            select(models.QueuedEvent.event_id)
+            .where(models.QueuedEvent.pipeline_id == pipeline_id)
+            .order_by(models.QueuedEvent.event_id)
+        )
+    )
+
+
+async def wait_runs(deployment: Deployment, pipeline_id: str, count: int) -> list[tuple]:
+    return await deployment.wait_for(
+        lambda session: runs_of(session, pipeline_id),
+        lambda runs: len(runs) >= count,
+        timeout_s=TIMEOUT_S,
+    )
+
+
+@pytest.mark.timeout(300)
+async def test_windows_batches_debounce_and_resets_through_the_daemon(
+    make_deployment: MakeDeployment, database_url: str
+) -> None:
+    deployment = await make_deployment(database_url)
+    deployment.write_pipelines(PIPELINES)
+    config = deployment.config_file()
+    triggerer = Triggerer(deployment, config)
+    daemon = deployment.process_with_config(config)
+    with daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await deployment.wait_for(
+            _watcher_states, lambda states: states == {"running"}, timeout_s=TIMEOUT_S
+        )
+
+        # A lone order expires WINDOW_S after it happened, and explain names it; meanwhile a
+        # batch fills to its size, and a burst of edits, a second apart, is debounced.
+        await deployment.produce([{"asset": "orders"}, *[{"asset": "clicks"}] * 3])
+        await deployment.produce([{"asset": "edits"}] * 3, pause_s=1.0)
+        explained = await triggerer.explain_until("paired", "expired at")
+        assert "waiting: no queued event of orders, customers" in explained
+
+        # Customers and orders together: one run of those two, the expired order not.
+        await deployment.produce([{"asset": "customers"}, {"asset": "orders"}])
+        await deployment.produce([{"asset": "clicks"}])  # a batch at its deadline
+        [(run, consumed)] = await wait_runs(deployment, "paired", 1)
+        orders = await deployment.query(lambda s: events_on(s, "orders"))
+        customers = await deployment.query(lambda s: events_on(s, "customers"))
+        assert consumed == sorted([customers[0].id, orders[1].id])
+        assert f"its event {orders[0].id} expired at" in explained
+        assert await deployment.query(lambda s: queued_for(s, "paired")) == []
+
+        [(_, three), (second, one)] = await wait_runs(deployment, "batched", 2)
+        clicks = await deployment.query(lambda s: events_on(s, "clicks"))
+        assert (three, one) == ([e.id for e in clicks[:3]], [clicks[3].id])
+        assert second.created_at >= clicks[3].timestamp + timedelta(seconds=BATCH_WAIT_S)
+
+        [(run, consumed)] = await wait_runs(deployment, "debounced", 1)
+        edits = await deployment.query(lambda s: events_on(s, "edits"))
+        assert consumed == [e.id for e in edits]
+        assert run.created_at >= edits[-1].timestamp + timedelta(seconds=DEBOUNCE_S)
+
+        # A batch's deadline holds across a kill -9: the click waits while no daemon runs.
+        await deployment.produce([{"asset": "clicks"}])
+        await deployment.wait_for(
+            lambda s: queued_for(s, "batched"), lambda queued: len(queued) == 1
+        )
+        daemon.stop()
+    # While no daemon runs: a left queued before the last midnight (its queue row dated back,
+    # as if the daemon had been stopped over midnight), and the batch's deadline passes.
+    await triggerer.emit("left")
+    await deployment.query(_queued_before_midnight)
+    await anyio.sleep(BATCH_WAIT_S)
+    with deployment.process_with_config(config) as restarted:
+        restarted.start()
+        runs = await wait_runs(deployment, "batched", 3)
+        clicks = await deployment.query(lambda s: events_on(s, "clicks"))
+        assert runs[2][1] == [clicks[4].id]
+        await deployment.wait_for(
+            lambda s: queued_for(s, "daily_pair"), lambda queued: queued == [], timeout_s=TIMEOUT_S
+        )
+        dropped = await restarted.wait_logged("queued_event_dropped")
+        assert [r["reason"] for r in dropped if r["pipeline_id"] == "daily_pair"] == ["reset"]
+        await triggerer.emit("right")
+        explained = await triggerer("explain", "daily_pair")
+        assert "waiting: no queued event of left" in explained
+        assert await deployment.query(lambda s: runs_of(s, "daily_pair")) == []
+
+
+async def _watcher_states(session: AsyncSession) -> set[str]:
+    return set(await session.scalars(select(models.Trigger.state)))
+
+
+async def _queued_before_midnight(session: AsyncSession) -> None:
+    queue = models.QueuedEvent
+    [row] = await session.scalars(select(queue).where(queue.pipeline_id == "daily_pair"))
+    midnight = row.created_at.replace(hour=0, minute=0, second=0, microsecond=0)
+    await session.execute(
+        update(queue).where(queue.id == row.id).values(created_at=midnight - timedelta(minutes=1))
+    )
+    await session.commit()
