@@ -10,6 +10,7 @@ busy machine makes it slower, not wrong.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -216,6 +217,40 @@ async def test_windows_batches_debounce_and_resets_through_the_daemon(
         explained = await triggerer("explain", "daily_pair")
         assert "waiting: no queued event of left" in explained
         assert await deployment.query(lambda s: runs_of(s, "daily_pair")) == []
+
+    # `pipelines simulate`, fed the events the daemon stored, starts the runs it started.
+    names = await deployment.query(_asset_names)
+    for pipeline_id in ("paired", "batched", "debounced"):
+        stored = await deployment.query(lambda s, p=pipeline_id: _scheduled_events(s, p))
+        feed = deployment.tmp_path / f"{pipeline_id}.jsonl"
+        feed.write_text(
+            "".join(
+                json.dumps({"asset": names[e.asset_id], "at": e.timestamp.isoformat()}) + "\n"
+                for e in stored
+            )
+        )
+        simulated = await triggerer("pipelines", "simulate", pipeline_id, str(feed), "--json")
+        daemon_runs = await deployment.query(lambda s, p=pipeline_id: runs_of(s, p))
+        assert [[stored[n].id for n in run["events"]] for run in json.loads(simulated)] == [
+            consumed for _, consumed in daemon_runs
+        ], pipeline_id
+
+
+async def _scheduled_events(session: AsyncSession, pipeline_id: str) -> list[models.AssetEvent]:
+    """The events of the assets the pipeline is scheduled on, oldest first."""
+    refs = models.PipelineAssetRef
+    return list(
+        await session.scalars(
+            select(models.AssetEvent)
+            .join(refs, refs.asset_id == models.AssetEvent.asset_id)
+            .where(refs.pipeline_id == pipeline_id, refs.role == "schedule")
+            .order_by(models.AssetEvent.id)
+        )
+    )
+
+
+async def _asset_names(session: AsyncSession) -> dict[int, str]:
+    return dict((await session.execute(select(models.Asset.id, models.Asset.name))).all())
 
 
 async def _watcher_states(session: AsyncSession) -> set[str]:

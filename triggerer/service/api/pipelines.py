@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, status
+from fastapi import APIRouter, Body, Depends, Query, status
 
 from triggerer.service import actions
 from triggerer.service.api.context import Context, authorized
-from triggerer.service.api.responses import NOT_FOUND, PROTECTED
+from triggerer.service.api.responses import INVALID, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
     AssetId,
     Deleted,
@@ -21,9 +21,11 @@ from triggerer.service.api.schemas import (
     Since,
     UtcTime,
 )
+from triggerer.service.errors import NotFound
 from triggerer.service.reads import queries
 from triggerer.service.reads.explain import Explanation, explain
 from triggerer.service.reads.views import PipelineRow, QueuedEventRow, RunDetail, RunRow
+from triggerer.service.scheduling.simulation import SimulatedEvent, Simulation, simulate
 from triggerer.service.store.states import RunState
 
 router = APIRouter(
@@ -74,6 +76,25 @@ async def explain_pipeline(context: Context, pipeline_id: PipelineId) -> Explana
     when; paused; active runs against the limit; the next cron tick; the last run."""
     async with context.transaction() as session:
         return await explain(session, pipeline_id)
+
+
+@router.post("/{pipeline_id}/simulate", responses={**NOT_FOUND, **INVALID})
+async def simulate_pipeline(
+    context: Context,
+    pipeline_id: PipelineId,
+    events: Annotated[
+        list[dict[str, Any]], Body(description="events: asset, at, extra?, partition_key?")
+    ],
+) -> Simulation:
+    """The runs its schedule (condition, windows, resets, batch, debounce) starts for these
+    events, with the scheduler's picking and no store: each run's time and the numbers of the
+    events it takes (0-based, as given); the events that expired, that no asset of the
+    schedule names, and that would still wait."""
+    pipeline = context.registry().pipelines.get(pipeline_id)
+    if pipeline is None:
+        raise NotFound(f"pipeline {pipeline_id!r} is not loaded by this daemon: see GET /pipelines")
+    fed = [SimulatedEvent.of_json(event, f"event {n}") for n, event in enumerate(events)]
+    return simulate(pipeline, fed)
 
 
 @router.get("/{pipeline_id}/assets/queuedEvents", responses=NOT_FOUND)

@@ -1,4 +1,5 @@
-"""``triggerer pipelines``: list them, pause and unpause one, queue a manual run."""
+"""``triggerer pipelines``: list them, pause and unpause one, queue a manual run, try a schedule
+on events given in a file."""
 
 from __future__ import annotations
 
@@ -33,6 +34,18 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     trigger = verb(pipelines, "trigger", _trigger, "queue a manual run")
     trigger.add_argument("pipeline_id")
     trigger.add_argument("--params", type=json.loads, default={}, help="JSON object")
+    simulate = verb(
+        pipelines,
+        "simulate",
+        _simulate,
+        "the runs a pipeline's schedule starts for the events of a JSON-lines file",
+        reads=True,
+    )
+    simulate.add_argument("pipeline_id")
+    simulate.add_argument(
+        "file", help='one event per line: {"asset": NAME_OR_URI, "at": ISO_TIME, "extra": {...}}'
+    )
+    simulate.add_argument("--json", action="store_true", help="the runs as one JSON array")
 
 
 PIPELINE_COLUMNS = ("pipeline_id", "schedule", "progress", "paused", "active", "fileloc", "error")
@@ -82,3 +95,66 @@ async def _trigger(settings: Settings, arguments: argparse.Namespace) -> int:
         return 0
 
     return await with_session(settings, work)
+
+
+async def _simulate(settings: Settings, arguments: argparse.Namespace) -> int:
+    """Load the pipelines folder (no daemon, no store), feed the file's events through the
+    pipeline's schedule with the scheduler's picking, and print the runs it starts."""
+    import anyio
+
+    from triggerer.service.loader import load_pipelines
+    from triggerer.service.scheduling.simulation import (
+        BadSimulation,
+        SimulatedEvent,
+        simulate,
+    )
+
+    try:
+        lines = (await anyio.Path(arguments.file).read_text(encoding="utf-8")).splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise CliError(f"cannot read {arguments.file}: {error}") from None
+    events = []
+    line_of = []  # each event's line, 0-based: what the output numbers
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        line_of.append(number)
+        where = f"{arguments.file}:{number + 1}"
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise CliError(f"{where}: not JSON: {error}") from None
+        try:
+            events.append(SimulatedEvent.of_json(value, where))
+        except BadSimulation as error:
+            raise CliError(str(error)) from None
+    loaded = load_pipelines(settings.pipelines.dir)
+    pipeline = loaded.pipelines.get(arguments.pipeline_id)
+    if pipeline is None:
+        failed = "".join(f"; {error.path} failed to load" for error in loaded.errors)
+        raise CliError(f"no pipeline {arguments.pipeline_id!r} in {settings.pipelines.dir}{failed}")
+    try:
+        result = simulate(pipeline, events)
+    except BadSimulation as error:
+        raise CliError(str(error)) from None
+
+    def lines_of(numbers: list[int]) -> list[int]:
+        return [line_of[number] for number in numbers]
+
+    if arguments.json:
+        runs = [{"at": run.at.isoformat(), "events": lines_of(run.events)} for run in result.runs]
+        say(json.dumps(runs))
+        return 0
+    for run in result.runs:
+        key = f" (partition {run.partition_key})" if run.partition_key is not None else ""
+        say(f"{run.at.isoformat()}  run of lines {_numbers(lines_of(run.events))}{key}")
+    say(
+        f"{len(result.runs)} run(s); expired: {_numbers(lines_of(result.expired))}; "
+        f"not in the schedule: {_numbers(lines_of(result.unused))}; "
+        f"still queued: {_numbers(lines_of(result.waiting))} (lines counted from 0)"
+    )
+    return 0
+
+
+def _numbers(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers)) or "none"
