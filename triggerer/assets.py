@@ -233,7 +233,10 @@ class AssetAll(_AssetBooleanCondition):
                 "within=timedelta(hours=2)"
             )
         if within is not None and len(self.objects) < 2:
-            raise ValueError(f"{self}: within={within!r} needs an AND of two or more operands")
+            raise ValueError(
+                f"{self}: within={within!r} needs an AND of two or more operands, e.g. "
+                "(a & b).within(timedelta(hours=2))"
+            )
         if reset is not None:
             try:
                 validate_cron(reset)

@@ -240,7 +240,10 @@ def _check_timing(
     if not timed:
         return
     if isinstance(schedule, (str, CronSchedule, CronPartitionTimetable)) or schedule is None:
-        raise ValueError(f"{where}: {timed[0]} holds back runs of assets; its schedule has none")
+        raise ValueError(
+            f"{where}: {timed[0]} holds back runs of assets, and schedule={schedule!r} names "
+            "none; schedule on assets, e.g. schedule=Asset('orders')"
+        )
     if batch is not None and run_policy == "per_event":
         raise ValueError(
             f"{where}: batch={batch!r} with run_policy='per_event': a per-event run takes one "

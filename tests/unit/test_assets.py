@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
@@ -15,6 +17,7 @@ from triggerer import (
     BaseEventTrigger,
     TriggerEvent,
 )
+from triggerer.service.reads.explain import condition_from_tree
 from triggerer.uri import AssetUriWarning, InvalidAssetName, InvalidAssetUri
 
 
@@ -286,3 +289,118 @@ def test_as_json_describes_the_tree() -> None:
 
 def test_str_parenthesises_nested_conditions() -> None:
     assert str((a | b) & c) == "(a | b) & c"
+
+
+# --- time: an AND's window and reset ---------------------------------------------------------
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.mark.parametrize("span", [timedelta(0), timedelta(seconds=-1), 60, "1h", True])
+def test_a_window_must_be_a_positive_timedelta(span: object) -> None:
+    with pytest.raises(ValueError, match=rf"a & b: within={re.escape(repr(span))} must be a "):
+        AssetAll(a, b, within=span)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"e\.g\. within=timedelta\(hours=2\)"):
+        (a & b).within(span)  # type: ignore[arg-type]
+
+
+def test_a_window_needs_two_operands() -> None:
+    with pytest.raises(ValueError, match=r"^a: within=.*two or more operands, e\.g\. \(a & b\)"):
+        AssetAll(a, within=HOUR)
+
+
+@pytest.mark.parametrize("condition", [a | b, a, AssetAlias("al")], ids=["or", "asset", "alias"])
+def test_only_an_and_has_a_window(condition: AssetAll) -> None:
+    with pytest.raises(
+        TypeError, match=rf"^\({re.escape(str(condition))}\)\.within\(.*only an AND"
+    ):
+        condition.within(HOUR)
+
+
+@pytest.mark.parametrize("cron", ["every day", "61 * * * *", 5])
+def test_a_bad_reset_cron_is_named(cron: object) -> None:
+    with pytest.raises(ValueError, match=rf"^a & b: reset={re.escape(repr(cron))}: .*five fields"):
+        AssetAll(a, b, reset=cron)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "", 5])
+def test_a_bad_reset_timezone_is_named(zone: object) -> None:
+    with pytest.raises(ValueError, match=rf"reset_timezone={re.escape(repr(zone))} is not an IANA"):
+        AssetAll(a, b, reset="@daily", reset_timezone=zone)  # type: ignore[arg-type]
+
+
+def test_a_reset_timezone_needs_a_reset() -> None:
+    with pytest.raises(ValueError, match="reset_timezone='Europe/Paris' without a reset"):
+        AssetAll(a, b, reset_timezone="Europe/Paris")
+
+
+def test_within_keeps_the_reset() -> None:
+    windowed = AssetAll(a, b, reset="@daily", reset_timezone="Europe/Paris").within(HOUR)
+    assert (windowed.window, windowed.reset, windowed.reset_timezone) == (
+        HOUR,
+        "@daily",
+        "Europe/Paris",
+    )
+
+
+def test_window_and_reset_take_part_in_equality_and_hash() -> None:
+    assert (a & b).within(HOUR) == AssetAll(a, b, within=timedelta(minutes=60))
+    assert hash((a & b).within(HOUR)) == hash(AssetAll(a, b, within=timedelta(minutes=60)))
+    variants = [
+        a & b,
+        (a & b).within(HOUR),
+        (a & b).within(2 * HOUR),
+        AssetAll(a, b, reset="@daily"),
+        AssetAll(a, b, reset="@hourly"),
+        AssetAll(a, b, reset="@daily", reset_timezone="Europe/Paris"),
+        AssetAll(a, b, within=HOUR, reset="@daily"),
+    ]
+    assert len(set(variants)) == len(variants)
+    assert all(x != y for i, x in enumerate(variants) for y in variants[i + 1 :])
+
+
+def test_str_and_repr_show_window_and_reset() -> None:
+    assert str((a & b).within(HOUR)) == "(a & b) within 1:00:00"
+    assert str(AssetAll(a, b, reset="0 6 * * *")) == "(a & b) reset at '0 6 * * *' UTC"
+    both = AssetAll(a, b, within=HOUR, reset="@daily", reset_timezone="Europe/Paris")
+    assert str(both) == "((a & b) within 1:00:00) reset at '@daily' Europe/Paris"
+    assert str(c | (a & b).within(HOUR)) == "c | ((a & b) within 1:00:00)"
+    assert repr((a & b).within(HOUR)) == (
+        "AssetAll(Asset('a'), Asset('b'), within=datetime.timedelta(seconds=3600))"
+    )
+
+
+def test_as_json_holds_window_and_reset() -> None:
+    both = AssetAll(a, b, within=timedelta(minutes=90), reset="@daily", reset_timezone="UTC")
+    assert both.as_json() == {
+        "all": [{"asset": {"name": "a", "uri": "a"}}, {"asset": {"name": "b", "uri": "b"}}],
+        "within_s": 5400.0,
+        "reset": "@daily",
+        "reset_timezone": "UTC",
+    }
+    assert "within_s" not in (a & b).as_json()
+
+
+def test_a_windowed_and_stays_one_operand_of_an_outer_and() -> None:
+    windowed = (a & b).within(HOUR)
+    assert (windowed & c).objects == (windowed, c)
+    assert (c & windowed).objects == (c, windowed)
+    reset = AssetAll(a, b, reset="@daily")
+    assert (reset & c).objects == (reset, c)
+    assert ((a & b) & c).objects == (a, b, c)
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        (a & b).within(HOUR),
+        AssetAll(a, b, reset="*/10 * * * *"),
+        AssetAll(a, b, within=timedelta(seconds=1.5), reset="@daily", reset_timezone="Asia/Tokyo"),
+        c | (a & b).within(HOUR),
+        (a & b).within(HOUR) & (c | AssetAlias("al")),
+        ((a & b).within(HOUR) & c).within(2 * HOUR),
+    ],
+    ids=str,
+)
+def test_a_timed_condition_survives_the_stored_tree(condition: AssetAll) -> None:
+    assert condition_from_tree(condition.as_json()) == condition

@@ -117,6 +117,34 @@ def test_error_in_an_imported_helper_points_at_the_line_in_the_file(tmp_path: Pa
     assert "KeyError" in result.errors[0].message
 
 
+def test_a_bad_window_is_reported_with_the_file_and_line_that_gave_it(tmp_path: Path) -> None:
+    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    bad = _write(
+        tmp_path,
+        "windowed.py",
+        """\
+        from datetime import timedelta
+        from triggerer import Asset, pipeline
+
+        both = (Asset("orders") & Asset("customers")).within(timedelta(0))
+
+        @pipeline(schedule=both)
+        def job(spark, context):
+            pass
+        """,
+    )
+    result = load_pipelines(tmp_path)
+    assert list(result.pipelines) == ["good"]
+    assert result.errors == [
+        LoadError(
+            str(bad),
+            4,
+            "ValueError: orders & customers: within=datetime.timedelta(0) must be a positive "
+            "timedelta, e.g. within=timedelta(hours=2)",
+        )
+    ]
+
+
 NAME_ERROR = "x = 1\n\nspark_conf.get('x')\n"
 RAISES_IN_FUNCTION = "def setup():\n    raise KeyError('conf')\n\nsetup()\n"
 EXITS = "import sys\n\nsys.exit(2)\n"

@@ -20,7 +20,7 @@ from triggerer import (
     ToDaily,
     pipeline,
 )
-from triggerer.schedules import CronSchedule
+from triggerer.schedules import Batch, CronSchedule
 from triggerer.service.runs.launcher import MAX_RETRY_S, retry_at
 from triggerer.service.store.types import utcnow
 
@@ -318,3 +318,93 @@ def test_metadata_alias_must_be_an_alias() -> None:
 def test_metadata_extra_must_be_a_json_dict(extra: Any) -> None:
     with pytest.raises(TypeError, match="extra"):
         Metadata(report, extra)
+
+
+# --- batch, debounce_s and max_backlog -------------------------------------------------------
+
+BATCH = Batch(max_events=10, max_wait_s=60)
+
+
+@pytest.mark.parametrize("max_events", [0, -1, True, 1.5, "10"])
+def test_a_batch_needs_a_whole_number_of_events(max_events: object) -> None:
+    with pytest.raises(ValueError, match=rf"^Batch max_events={re.escape(repr(max_events))} must"):
+        Batch(max_events=max_events, max_wait_s=60)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("wait", [0, -1, float("inf"), float("nan"), "x", True])
+def test_a_batch_needs_a_wait_above_zero(wait: object) -> None:
+    with pytest.raises(ValueError, match=rf"^Batch max_wait_s={re.escape(repr(wait))} must.*e\.g"):
+        Batch(max_events=10, max_wait_s=wait)  # type: ignore[arg-type]
+
+
+def test_batch_and_debounce_are_kept() -> None:
+    p = pipeline(schedule=orders, batch=BATCH, debounce_s=2.5, max_backlog=100)(job)
+    assert (p.batch, p.debounce_s, p.max_backlog) == (BATCH, 2.5, 100)
+    assert str(BATCH) == "batch of 10 or 60 s"
+
+
+@pytest.mark.parametrize("debounce", [0, -5, True, float("inf"), "30"])
+def test_debounce_must_be_seconds_above_zero(debounce: object) -> None:
+    with pytest.raises(
+        ValueError, match=rf"^pipeline 'job': debounce_s={re.escape(repr(debounce))}"
+    ):
+        pipeline(schedule=orders, debounce_s=debounce)(job)
+
+
+def test_max_backlog_must_be_at_least_one() -> None:
+    with pytest.raises(
+        ValueError, match=r"^pipeline 'job': max_backlog=0; must be an integer >= 1"
+    ):
+        pipeline(schedule=orders, max_backlog=0)(job)
+
+
+def test_batch_must_be_a_batch() -> None:
+    with pytest.raises(
+        TypeError, match=r"'job': batch=\{'max_events': 5\} must be a Batch, e\.g\."
+    ):
+        pipeline(schedule=orders, batch={"max_events": 5})(job)
+
+
+def test_a_batch_is_not_per_event() -> None:
+    with pytest.raises(
+        ValueError, match=r"'job': batch=Batch\(.*run_policy='per_event'.*'coalesce'"
+    ):
+        pipeline(schedule=orders, batch=BATCH, run_policy="per_event")(job)
+
+
+def test_a_batch_bounds_the_events_of_a_run_alone() -> None:
+    with pytest.raises(
+        ValueError, match=r"'job': batch=Batch\(.*max_events_per_run=5.*one of them"
+    ):
+        pipeline(schedule=orders, batch=BATCH, max_events_per_run=5)(job)
+
+
+@pytest.mark.parametrize(
+    "schedule", [None, "@daily", CronSchedule("@hourly"), CronPartitionTimetable("@daily")]
+)
+@pytest.mark.parametrize(
+    "option", [{"batch": BATCH}, {"debounce_s": 30}], ids=["batch", "debounce"]
+)
+def test_batch_and_debounce_need_an_asset_schedule(
+    schedule: object, option: dict[str, Any]
+) -> None:
+    ((name, value),) = option.items()
+    with pytest.raises(
+        ValueError,
+        match=rf"^pipeline 'job': {name}={re.escape(repr(value))} holds back runs of assets, and "
+        rf"schedule={re.escape(repr(schedule))} names none; .*e\.g\. schedule=Asset",
+    ):
+        pipeline(schedule=schedule, **option)(job)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        AssetOrTimeSchedule(cron="@daily", assets=orders),
+        PartitionedAssetTimetable(assets=orders, partition_key_mapper=ToDaily()),
+        [orders, customers],
+    ],
+)
+def test_batch_and_debounce_go_with_any_asset_condition(schedule: Any) -> None:
+    p = pipeline(schedule=schedule, batch=BATCH, debounce_s=30)(job)
+    assert p.condition is not None
