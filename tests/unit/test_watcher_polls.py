@@ -12,6 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from triggerer import BaseEventTrigger, TriggerEvent
+from triggerer.service.daemon.backpressure import Backpressure
 from triggerer.service.daemon.leases import Leases
 from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus, _sample_poll
 from triggerer.service.scheduling.registry import WatchedTrigger
@@ -98,7 +99,10 @@ class MovingItsPlace(BaseEventTrigger):
 async def test_a_checkpoint_only_yield_is_a_poll_not_an_event() -> None:
     sent, received = anyio.create_memory_object_stream[tuple[WatchedTrigger, TriggerEvent]](10)
     leases = Leases(cast("Any", None), "instance", ttl_s=30.0)  # never claimed: shareable
-    supervisor = Supervisor(sent, leases, backoff_max_s=1.0, lease_poll_s=1.0, drain_timeout_s=1.0)
+    unbounded = Backpressure(cast("Any", None), None)  # follows no registry: never holds back
+    supervisor = Supervisor(
+        sent, leases, unbounded, backoff_max_s=1.0, lease_poll_s=1.0, drain_timeout_s=1.0
+    )
     trigger = MovingItsPlace()
     watched = WatchedTrigger(1, trigger, (1,), ("asset/watcher",))
     with sent, received, anyio.fail_after(10):

@@ -205,6 +205,10 @@ class RunsSettings(_Section):
     # The most of a try's log the store keeps: its first quarter and last three quarters, the
     # middle cut (daemon/log_shipping.py). At least 4 KiB, at most 1 GiB.
     log_max_bytes: int = Field(default=4 * MIB, ge=4096, le=1024 * MIB)
+    # Each pipeline's backlog (queued events and those of runs not started) past which the
+    # watchers feeding only full pipelines stop fetching; a pipeline's max_backlog wins. None:
+    # unbounded, every message is stored as it comes.
+    max_backlog: int | None = Field(default=None, ge=1)
 
 
 class DaemonSettings(_Section):

@@ -102,6 +102,12 @@ WATCHER_LAST_EVENT_AGE = Gauge(
     "Seconds since the trigger instance last yielded an event (NaN before the first)",
     _WATCHER_LABELS,
 )
+WATCHER_HELD = Gauge(
+    "triggerer_watcher_held_back",
+    "1 while the watcher fetches nothing because every pipeline it feeds has its backlog full "
+    "(max_backlog), else 0",
+    _WATCHER_LABELS,
+)
 WATCHER_LAG = Gauge(
     "triggerer_watcher_lag",
     "Messages waiting at the trigger's source, sampled every heartbeat (NaN when unknown): "
@@ -217,6 +223,7 @@ class WatcherState(Protocol):
     last_poll_at: datetime | None
     last_event_at: datetime | None
     lag: int | None
+    held_by: str | None
 
 
 def watcher_started(trigger_id: int, kind: str, status: WatcherState) -> None:
@@ -230,6 +237,7 @@ def watcher_started(trigger_id: int, kind: str, status: WatcherState) -> None:
     WATCHER_LAG.labels(*labels).set_function(
         lambda: math.nan if status.lag is None else float(status.lag)
     )
+    WATCHER_HELD.labels(*labels).set_function(lambda: float(status.held_by is not None))
     WATCHER_RESTARTS.labels(*labels)  # shown as 0 until the first restart
 
 
@@ -245,6 +253,7 @@ def watcher_stopped(trigger_id: int) -> None:
     if labels is not None:
         for metric in (
             WATCHER_UP,
+            WATCHER_HELD,
             WATCHER_LAST_POLL_AGE,
             WATCHER_LAST_EVENT_AGE,
             WATCHER_LAG,

@@ -37,6 +37,7 @@ WATCHER_COLUMNS = (
     "restarts",
     "lag",
     "consumer_group",
+    "held_by",
     "last_error_at",
     "last_error",
 )

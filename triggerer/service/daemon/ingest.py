@@ -73,9 +73,12 @@ class Ingest:
         *,
         batch_size: int,
         commits_in_flight: int = 1,
+        on_stored: Callable[[list[int]], None] = lambda trigger_ids: None,
     ) -> None:
         self._sessions = sessions
         self._on_recorded = on_recorded
+        #: Told the trigger id of each delivery once its batch is stored (backpressure).
+        self._on_stored = on_stored
         self._batch_size = batch_size
         self._commit_slots = anyio.Semaphore(commits_in_flight)
         # By checkpoint key, the commit of the last batch formed that carries it.
@@ -120,6 +123,9 @@ class Ingest:
                     log.error("checkpoints_withheld", keys=sorted(commit.unstored))
                 await self._commit(batch, withheld=commit.unstored)
                 commit.succeeded = True
+                self._on_stored(
+                    [w.trigger_id for w, event in batch if not event.is_checkpoint_only]
+                )
             finally:
                 commit.done.set()
                 for key, last in list(self._committed.items()):

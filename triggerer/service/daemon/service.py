@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from triggerer import checkpoints
 from triggerer.service import metrics
 from triggerer.service.config import ConfigError
+from triggerer.service.daemon.backpressure import Backpressure
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.lag_samples import LagSampler
 from triggerer.service.daemon.leases import Leases
@@ -84,11 +85,14 @@ class Service:
         self.registry = Registry({}, {}, {}, {}, {})
         send, self._receive = anyio.create_memory_object_stream[Delivery](DELIVERY_BUFFER)
         self.scheduler = Scheduler(sessions, lambda: self.registry, self._run_created)
+        # Watchers whose pipelines' backlogs are full stop fetching ([runs] max_backlog).
+        self.backpressure = Backpressure(sessions, settings.runs.max_backlog)
         self.ingest = Ingest(
             sessions,
             self.events_recorded,
             batch_size=settings.daemon.ingest_batch_size,
             commits_in_flight=_commits_in_flight(settings.database.url),
+            on_stored=self.backpressure.committed,
         )
         # Local mode: one warm Spark Connect server, which every run uses.
         self.spark_server = (
@@ -125,6 +129,7 @@ class Service:
         self.supervisor = Supervisor(
             send,
             self.leases,
+            self.backpressure,
             backoff_max_s=settings.daemon.restart_backoff_max_s,
             lease_poll_s=settings.daemon.heartbeat_interval_s,
             drain_timeout_s=settings.daemon.shutdown_grace_s,
@@ -158,6 +163,7 @@ class Service:
 
     def _run_created(self) -> None:
         self.launcher.wake()
+        self.backpressure.wake()
 
     def on_notice(self, payload: str) -> None:
         """Another process queued a run, cancelled one, or queued events for pipelines: wake
@@ -184,6 +190,7 @@ class Service:
         async with self.sessions.begin() as session:
             self.registry = await sync_definitions(session, loaded, changes)
         self.definitions_changed(changes)
+        self.backpressure.follow(self.registry)
         self.supervisor.update(task_group, self.registry.triggers)
         triggers = [watched.trigger for watched in self.registry.triggers.values()]
         for shared in self.shared_readers:
@@ -272,6 +279,7 @@ class Service:
                             "restart_count": status.restart_count,
                             "lag": status.lag,
                             "reads_as": status.reads_as,
+                            "held_by": status.held_by,
                             "instance_id": self.instance_id,
                         }
                         for trigger_id, status in changed.items()
@@ -418,6 +426,7 @@ async def _run(
                     )
                 )
                 background.start_soon(_watch_folder, service, task_group, seen)
+                background.start_soon(service.backpressure.run)
                 background.start_soon(listen, engine, service.on_notice)
                 background.start_soon(
                     partial(keep_running, service.retention.run, during="retention")

@@ -28,6 +28,7 @@ from triggerer.triggers import (
 )
 
 if TYPE_CHECKING:
+    from triggerer.service.daemon.backpressure import Backpressure
     from triggerer.service.daemon.ingest import Delivery
     from triggerer.service.daemon.leases import Leases
     from triggerer.service.scheduling.registry import WatchedTrigger
@@ -51,6 +52,8 @@ class WatcherStatus:
     restart_count: int = 0
     lag: int | None = None
     reads_as: str | None = None
+    #: The pipeline whose full backlog holds the watcher back (see ``backpressure``).
+    held_by: str | None = None
 
 
 class Supervisor:
@@ -60,6 +63,7 @@ class Supervisor:
         self,
         deliveries: MemoryObjectSendStream[Delivery],
         leases: Leases,
+        backpressure: Backpressure,
         *,
         backoff_max_s: float,
         lease_poll_s: float,
@@ -67,6 +71,7 @@ class Supervisor:
     ) -> None:
         self._deliveries = deliveries
         self._leases = leases
+        self._backpressure = backpressure
         self._backoff_max_s = backoff_max_s
         self._lease_poll_s = lease_poll_s
         self._drain_timeout_s = drain_timeout_s
@@ -207,6 +212,8 @@ class Supervisor:
                     status.last_poll_at = utcnow()
                     if not event.is_checkpoint_only:  # its place moved: no event came
                         status.last_event_at = status.last_poll_at
+                    if not event.is_checkpoint_only:
+                        await self._backpressure.take(watched.trigger_id, status)
                     try:
                         # No trip through the event loop per event while the stream has room:
                         # the trigger's own awaits (a poll) are where others get their turn.

@@ -96,6 +96,9 @@ class WatcherRow(View):
     lag: int | None
     """Messages waiting in the source, when the trigger can tell."""
     consumer_group: str | None
+    held_by: str | None = None
+    """The pipeline whose full backlog (``max_backlog``) holds the watcher back: it fetches
+    nothing until that backlog drains."""
     last_error: str | None
     """Why its last attempt failed: the current state while ``failing``, history after."""
     last_error_at: dt.datetime | None

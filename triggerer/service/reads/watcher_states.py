@@ -51,6 +51,7 @@ async def watchers(session: AsyncSession, *, limit: int = 100, offset: int = 0) 
             restarts=trigger.restart_count,
             lag=trigger.lag,
             consumer_group=trigger.reads_as,
+            held_by=trigger.held_by,
             last_error=trigger.last_error,
             last_error_at=trigger.last_error_at,
             failing=watcher_failing(trigger.state),

@@ -167,6 +167,8 @@ class Trigger(Base):
     lag: Mapped[int | None] = mapped_column(BigInteger)
     #: The name the running trigger reads its source under (a Kafka consumer group).
     reads_as: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    #: The pipeline whose full backlog holds the watcher back (``[runs] max_backlog``).
+    held_by: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     instance_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
