@@ -18,7 +18,7 @@ import anyio
 import pytest
 from sqlalchemy import select, update
 
-from tests.e2e.daemon import triggerer_cli
+from tests.e2e.daemon import DaemonProcess, triggerer_cli
 from triggerer.service.store import models
 
 if TYPE_CHECKING:
@@ -116,7 +116,8 @@ async def runs_of(session: AsyncSession, pipeline_id: str) -> list[tuple[models.
         .where(models.RunEvent.pipeline_id == pipeline_id)
         .order_by(models.RunEvent.event_id)
     ):
-        consumed[run_pk].append(event_id)
+        if run_pk in consumed:  # not a run committed after the first read
+            consumed[run_pk].append(event_id)
     return [(run, consumed[run.id]) for run in runs]
 
 
@@ -265,3 +266,63 @@ async def _queued_before_midnight(session: AsyncSession) -> None:
         update(queue).where(queue.id == row.id).values(created_at=midnight - timedelta(minutes=1))
     )
     await session.commit()
+
+
+TWO_DAEMONS = """
+from datetime import timedelta
+
+from triggerer import Asset, AssetWatcher, Batch, pipeline
+from watchers import KafkaTrigger
+
+
+def fed(name):  # the asset, fed by the messages of the test's topic that name it
+    return Asset(name, watchers=[AssetWatcher(f"{{name}}_feed", KafkaTrigger(
+        bootstrap_servers="{bootstrap}", topics=["{topic}"], group_id=f"{topic}-{{name}}",
+        filter={{"path": "$.value.asset", "equals": name}},
+        session_timeout_ms=6000, heartbeat_interval_ms=1000))])
+
+
+orders, customers, clicks = fed("orders"), fed("customers"), fed("clicks")
+
+
+@pipeline(
+    schedule=(orders & customers).within(timedelta(minutes=10)), run_policy="per_event"
+)
+def paired(spark, context):
+    pass
+
+
+@pipeline(schedule=clicks, batch=Batch(max_events=10, max_wait_s=600))
+def batched(spark, context):
+    pass
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("db_backend", ["postgresql"], indirect=True)
+async def test_two_daemons_start_one_run_per_window_and_per_batch(
+    make_deployment: MakeDeployment, database_url: str
+) -> None:
+    deployment = await make_deployment(database_url, partitions=2)
+    deployment.write_pipelines(TWO_DAEMONS)
+    first = deployment.process()
+    second = DaemonProcess(deployment.env(), deployment.tmp_path / "second.log")
+    with first, second:
+        first.start()
+        second.start()
+        await first.wait_logged("pipelines_loaded")
+        await second.wait_logged("pipelines_loaded")
+        await deployment.wait_for(
+            _watcher_states, lambda states: states == {"running"}, timeout_s=TIMEOUT_S
+        )
+        pairs = [{"asset": asset} for _ in range(10) for asset in ("orders", "customers")]
+        await deployment.produce([*pairs, *[{"asset": "clicks"}] * 30])
+        paired = await wait_runs(deployment, "paired", 10)
+        batched = await wait_runs(deployment, "batched", 3)
+        await anyio.sleep(2)  # a doubled run would come now
+        assert len(await deployment.query(lambda s: runs_of(s, "paired"))) == 10
+        assert len(await deployment.query(lambda s: runs_of(s, "batched"))) == 3
+    consumed = [event for _, events in paired for event in events]
+    assert len(consumed) == len(set(consumed)) == 20
+    assert sorted(len(events) for _, events in batched) == [10, 10, 10]
+    assert len({event for _, events in batched for event in events}) == 30

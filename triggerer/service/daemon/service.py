@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 import structlog
 from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from triggerer import checkpoints
@@ -58,6 +59,8 @@ from triggerer.service.store.states import RunState
 from triggerer.service.store.types import utcnow
 from watchers import providers
 
+SYNC_ATTEMPTS = 5
+"""Tries of a definitions sync that another daemon's sync of the same rows raced."""
 SLOW_LOAD_S = 10.0
 """How long loading the pipelines folder may take before the file being imported is logged."""
 
@@ -186,9 +189,19 @@ class Service:
                 line=error.line,
                 traceback=error.traceback,
             )
-        changes = DefinitionChanges()
-        async with self.sessions.begin() as session:
-            self.registry = await sync_definitions(session, loaded, changes)
+        for attempt in range(1, SYNC_ATTEMPTS + 1):
+            changes = DefinitionChanges()
+            try:
+                async with self.sessions.begin() as session:
+                    self.registry = await sync_definitions(session, loaded, changes)
+                break
+            # Another daemon synced the same definitions at the same moment (two started
+            # together on a new store): its rows are there now, and the next try finds them.
+            except IntegrityError as error:
+                if attempt == SYNC_ATTEMPTS:
+                    raise
+                log.info("definitions_sync_raced", attempt=attempt, error=str(error.orig))
+                await anyio.sleep(0.1 * attempt)
         self.definitions_changed(changes)
         self.backpressure.follow(self.registry)
         self.supervisor.update(task_group, self.registry.triggers)

@@ -204,8 +204,10 @@ class Scheduler:
                 # Manual only: nothing to evaluate, so an error of an earlier schedule is gone.
                 await _report(session, pipeline.pipeline_id, error, None)
             return None
-        # Paused or at max_active_runs: not evaluated, so its error (if any) stands.
-        if paused is not False or active_runs >= pipeline.max_active_runs:
+        # Paused or at max_active_runs: no run now, so its error (if any) stands; time still
+        # takes its expired and reset events out of the queue.
+        held = paused is not False or active_runs >= pipeline.max_active_runs
+        if held and not is_timed(pipeline, pipeline.condition):
             return None
         pick = await _pick_queued(session, pipeline, pipeline.condition, registry)
         if pick.dropped:
@@ -221,6 +223,8 @@ class Scheduler:
                 )
         if pick.due is not None:
             self._due[pipeline.pipeline_id] = pick.due
+        if held:
+            return None
         if not pick.rows:
             await _report(session, pipeline.pipeline_id, error, "; ".join(pick.problems) or None)
             return None
