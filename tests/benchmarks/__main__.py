@@ -25,6 +25,7 @@ BENCHMARKS = (
     "bench_idle",
     "bench_idle_demo",
     "bench_fanout",
+    "bench_time_conditions",
     "bench_listeners",
     "bench_api",
     "bench_ui",

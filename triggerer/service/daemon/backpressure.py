@@ -5,10 +5,10 @@ A pipeline's backlog is its queued events plus the events held by its runs that 
 started; its limit is ``max_backlog`` (the pipeline's, else ``[runs] max_backlog``, else none).
 A watcher's *room* is the most room among the pipelines scheduled on its assets (a pipeline
 without a limit, or no pipeline at all, leaves it unbounded). The supervisor takes one unit of
-room per event before passing it on, and waits, holding the trigger's stream, when none is left;
-so the stored backlog passes the limit by at most the events in hand. The room is recounted
-from the store after each ingest commit and each change of the runs (and every second), less
-the events passed on and not yet committed.
+room per event before passing it on, and waits, holding the trigger's stream, when none is left.
+The room is recounted from the store after each ingest commit and each change of the runs (and
+every second), less the events passed on and not yet committed, so the stored backlog stays
+within the limit.
 
 Pipelines scheduled on an alias do not hold a watcher back: which of the alias's assets a
 watcher feeds is known only once a run adds one.
@@ -127,12 +127,15 @@ class Backpressure:
     async def _recount(self) -> None:
         feeds = self._feeds
         limited = {pipeline_id for fed in feeds.values() for pipeline_id in fed}
+        # Events passed on before the count: a batch committed while the count reads is in
+        # the count or still pending here, never in neither.
+        pending = self._pending.copy()
         async with self._sessions() as session:
             backlog = await _backlogs(session, limited)
         for trigger_id, fed in feeds.items():
             rooms = {p: limit - backlog.get(p, 0) for p, limit in fed.items()}
             roomiest = max(rooms, key=lambda p: rooms[p])
-            room = rooms[roomiest] - self._pending[trigger_id]
+            room = rooms[roomiest] - max(pending[trigger_id], self._pending[trigger_id])
             status = self._statuses.get(trigger_id)
             if room < 1 and status is not None and status.held_by is None:
                 status.held_by = roomiest
