@@ -321,12 +321,16 @@ def collect_errors(page: Page) -> list[str]:
 
 @asynccontextmanager
 async def open_ui(
-    deployment: Deployment, route: str = "", *, more_pipelines: str = ""
+    deployment: Deployment,
+    route: str = "",
+    *,
+    more_pipelines: str = "",
+    pipelines: str = PIPELINES,
 ) -> AsyncIterator[OpenUI]:
-    """The daemon of ``PIPELINES`` (and ``more_pipelines``) with the API open (no tokens), and a
-    page of its UI at ``route`` once the graph is drawn; the page's console errors must be none
-    at the end."""
-    deployment.write_pipelines(ORDERS + PIPELINES + more_pipelines)
+    """The daemon of ``pipelines`` (and ``more_pipelines``) under ``ORDERS`` with the API open
+    (no tokens), and a page of its UI at ``route`` once the graph is drawn; the page's console
+    errors must be none at the end."""
+    deployment.write_pipelines(ORDERS + pipelines + more_pipelines)
     config = deployment.config_file(api={"enabled": True, "port": 0})
     with deployment.process_with_config(config) as daemon:
         daemon.start()
@@ -785,3 +789,121 @@ async def test_an_empty_log_box_says_why_the_log_is_empty(
         await shoot(page, "log-empty")
         await page.evaluate(f"location.hash = '#/run/{run_id}'")
         await expect(page.locator("#page pre.log")).to_have_text("no log: the run printed nothing")
+
+
+WAITING = """
+    from datetime import timedelta
+
+    from triggerer import Batch
+
+    invoices, payments = Asset("invoices"), Asset("payments")
+    clicks, edits = Asset("clicks"), Asset("edits")
+
+    @pipeline(schedule=(invoices & payments).within(timedelta(hours=1)))
+    def paired(spark, context):
+        pass
+
+    @pipeline(schedule=clicks, batch=Batch(max_events=5, max_wait_s=3600))
+    def batched(spark, context):
+        pass
+
+    @pipeline(schedule=edits, debounce_s=3600)
+    def debounced(spark, context):
+        pass
+
+    @pipeline(schedule=orders, max_backlog=1)
+    def throttled(spark, context):
+        pass
+"""
+"""A windowed AND, a batch and a debounce, each an hour: nothing runs while the test looks;
+and the only pipeline fed by the topic, whose backlog of one holds the watcher back."""
+BY = r"by \d\d:\d\d:\d\d \(in 5\dm \d+s\)"
+"""A countdown of the hour, a few seconds in: ``by 13:04:05 (in 59m 58s)``."""
+
+
+async def seconds_left(page: Page, selector: str) -> int:
+    """The seconds of the countdown ``in 59m 58s`` in ``selector``."""
+    text = await page.locator(selector).inner_text()
+    minutes, seconds = re.search(r"in (\d+)m (\d+)s", text).groups()  # type: ignore[union-attr]
+    return int(minutes) * 60 + int(seconds)
+
+
+@pytest.mark.timeout(180)
+async def test_windows_batches_debounce_and_a_held_watcher_show_their_times(
+    deployment: Deployment,
+) -> None:
+    """Issue 31: an AND's window says when each waiting asset's oldest event expires, a batch
+    its count and a debounce the time left before the run, counting down on the panel and on
+    the graph; a watcher held back by a full backlog names the pipeline, not in red."""
+    async with open_ui(deployment, pipelines=WAITING) as ui:
+        page, client = ui.page, ui.client
+        paused = await client.patch("/pipelines/throttled", json={"paused": True})
+        assert paused.status_code == 200, paused.text
+        await deployment.produce([{"n": n} for n in range(3)])
+        for uri in ("invoices", "clicks", "clicks", "edits"):
+            posted = await client.post("/assets/events", json={"uri": uri})
+            assert posted.status_code == 201, posted.text
+
+        # The window: the panel says when invoices' event expires, the gate too.
+        await visit(page, "#/pipeline/paired")
+        await expect(page.locator("[data-operand=invoices]")).to_have_text(
+            re.compile(rf"invoices: 1 queued since .* its oldest expires {BY} \(window 1h\)")
+        )
+        await expect(page.locator("[data-operand=payments]")).to_have_text(
+            "payments: missing · window 1h"
+        )
+        await page.wait_for_function(
+            "/^AND\\nwithin 1h\\ninvoices 5\\dm \\d+s left$/"
+            ".test(window.triggerer.cy.$id('gate:paired').data('label'))"
+        )
+        gate = page.locator("#nodes [data-node='gate:paired'] .node-state")
+        await expect(gate).to_contain_text("within 1h · invoices 5")
+        await shoot(page, "window")
+
+        # The batch: its count, and the time left before the run, counting down.
+        await visit(page, "#/pipeline/batched")
+        await expect(page.locator("[data-hold=batch]")).to_have_text(
+            "Batch: 2 of 5 events queued (clicks 2); a run takes them at 5, or 1h after the"
+            " oldest was queued."
+        )
+        until = page.locator("[data-hold=until]")
+        await expect(until).to_have_text(re.compile(rf"The run starts {BY} at the latest\."))
+        before = await seconds_left(page, "[data-hold=until]")
+        await visit(page, "#/pipeline/batched")
+        assert await seconds_left(page, "[data-hold=until]") < before
+        await page.wait_for_function(
+            "window.triggerer.cy.$id('pipeline:batched').data('label')"
+            ".includes('batch 2/5 · runs in 5')"
+        )
+        await shoot(page, "batch")
+
+        # The debounce: the quiet time left.
+        await visit(page, "#/pipeline/debounced")
+        await expect(page.locator("[data-hold=debounce]")).to_have_text(
+            "Debounce: a run starts once no event has come for 1h (1 queued: edits 1)."
+        )
+        await expect(until).to_have_text(
+            re.compile(rf"The run starts {BY} if no event comes before\.")
+        )
+        await page.wait_for_function(
+            "window.triggerer.cy.$id('pipeline:debounced').data('label')"
+            ".includes('quiet · runs in 5')"
+        )
+
+        # The watcher held back by the paused pipeline's full backlog: named, amber, not red.
+        node = "window.triggerer.cy.nodes(\"[kind = 'watcher']\")"
+        await page.wait_for_function(f"{node}.hasClass('held')", timeout=RUN_TIMEOUT_MS)
+        assert "held by throttled" in await page.evaluate(f"{node}.data('label')")
+        assert await page.evaluate(f"{node}.style('background-color')") == GREEN_FILL
+        entry = page.locator("#nodes [data-node^='watcher:'] .node-state")
+        await expect(entry).to_contain_text("held by throttled")
+        await expect(entry).not_to_have_css("color", RED)
+        await tap(page, await page.evaluate(f"{node}.id()"))
+        await expect(page.locator("#panel [data-held-by=throttled]")).to_contain_text(
+            "Held back by throttled: its backlog is full (max_backlog)"
+        )
+        await shoot(page, "watcher-held")
+        await visit(page, "#/watchers")
+        await expect(page.locator("tr[data-watcher=orders_topic] [data-held-by]")).to_have_text(
+            "held by throttled"
+        )

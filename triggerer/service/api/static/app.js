@@ -60,6 +60,9 @@ const DEFAULT_GROUP = "asset"; // an asset's group unless it names one
 const LARGE_GRAPH = 600; // elements: above, layout.js lays the graph out (dagre would take seconds)
 const TOKEN_KEY = "triggerer.token";
 const ACTIVITY_MS = 5000; // how often a chart's aggregate is read again
+const EXPLAIN_MS = 30_000; // how often a waiting pipeline's explain is read again, its queue unchanged
+const EXPLAINS_PER_POLL = 8; // the most explains a poll reads for the graph
+const SKEW_MS = 2000; // a server clock this far from the browser's is corrected for (Date's rounding is 1 s)
 const TIMELINE_MIN_S = 300; // the least a timeline fitted to its runs spans
 const X_LABEL_SPACE = 80; // px between a chart's time labels, the widest (`12:55pm`) and a gap
 const LABEL_PX = 13; // the nodes' labels
@@ -81,6 +84,7 @@ const state = {
   watchers: new Map(), // node id -> WatcherRow
   pipelines: new Map(), // pipeline id -> PipelineRow
   runs: new Map(), // pipeline id -> its runs, newest first
+  explained: new Map(), // pipeline id -> { signature, at, value } of a pipeline with events queued
   lastEvent: new Map(), // asset id -> newest EventRow
   groups: new Map(), // node id -> group
   eventsOffset: 0,
@@ -122,11 +126,23 @@ async function api(path, { method = "GET", body, onResponse } = {}) {
       : "");
     throw new Unauthorized("the API wants a (valid) bearer token");
   }
+  noteServerClock(response);
   if (onResponse) onResponse(response);
   const type = response.headers.get("content-type") || "";
   const answer = type.includes("json") ? await response.json() : await response.text();
   if (!response.ok) throw new Error(answer.detail || `${method} ${path}: ${response.status}`);
   return answer;
+}
+
+// The server's clock less the browser's, from the responses' Date header: the times the API
+// gives (an expiry, a run's latest start) count down by the server's clock. The header is
+// rounded down to the second, so a difference within SKEW_MS is that rounding, and none.
+let skewMs = 0;
+function noteServerClock(response) {
+  const date = Date.parse(response.headers.get("date") || "");
+  if (Number.isNaN(date)) return;
+  const skew = date + 500 - Date.now();
+  skewMs = Math.abs(skew) > SKEW_MS ? skew : 0;
 }
 
 async function all(path) {
@@ -189,6 +205,37 @@ function age(timestamp) {
   return `${Math.round(seconds / 86400)}d ago`;
 }
 
+// A span of seconds, its two largest units: 42s, 59m 58s, 1h, 2h 5m, 3d 4h.
+function span(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  const units = [[86400, "d"], [3600, "h"], [60, "m"], [1, "s"]];
+  const at = units.findIndex(([size]) => s >= size);
+  if (at < 0) return "0s";
+  const [size, unit] = units[at];
+  const [smaller, smallerUnit] = units[at + 1] || [1, ""];
+  const rest = Math.floor((s % size) / smaller);
+  return `${Math.floor(s / size)}${unit}${rest && smallerUnit ? ` ${rest}${smallerUnit}` : ""}`;
+}
+
+// Seconds until a time the API gave, by the server's clock (negative once it has passed).
+const secondsUntil = (timestamp) => (Date.parse(timestamp) - Date.now() - skewMs) / 1000;
+const HMS = { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" };
+
+// A time the API gave, to come: "by 13:04:05 (in 59m 58s)" on the browser's clock, or "due
+// now" once it has passed (the scheduler acts on it at its next pass). Polls write it again,
+// so it counts down.
+function countdown(timestamp) {
+  const seconds = secondsUntil(timestamp);
+  const by = new Date(Date.parse(timestamp) - skewMs).toLocaleTimeString([], HMS);
+  return raw(html`<time datetime="${timestamp}" title="${timestamp}" data-countdown>by ${by} (${seconds > 0 ? `in ${span(seconds)}` : "due now"})</time>`);
+}
+
+// A time left, short, for the graph: "59m 58s", or "due" once it has passed.
+const left = (timestamp) => {
+  const seconds = secondsUntil(timestamp);
+  return seconds > 0 ? span(seconds) : "due";
+};
+
 function duration(run) {
   if (!run.start_date) return "";
   const end = run.end_date ? Date.parse(run.end_date) : Date.now();
@@ -248,10 +295,12 @@ export function elementsOf(lineage) {
       if (part.asset) return leaves.get(`asset|${part.asset.name}|${part.asset.uri}`);
       if (part.alias) return leaves.get(`alias|${part.alias.name}`);
       const operator = part.all ? "all" : "any";
-      nodes.push({
-        group: "nodes",
-        data: { id, kind: "gate", name: operator === "all" ? "AND" : "OR", label: operator === "all" ? "AND" : "OR", pipeline: pipeline.name },
-      });
+      const name = operator === "all" ? "AND" : "OR";
+      // Its assets (name|uri), whose events' time left under a window it shows (nodeState).
+      const operands = part[operator].filter((item) => item.asset).map((item) => `${item.asset.name}|${item.asset.uri}`);
+      const data = { id, kind: "gate", name, label: name, pipeline: pipeline.name, operands };
+      if (part.within_s != null) data.within_s = part.within_s;
+      nodes.push({ group: "nodes", data });
       part[operator].forEach((item, i) => {
         const source = build(item, `${id}.${i}`);
         if (source) edge(source, id, "input", { pipeline: pipeline.name });
@@ -323,6 +372,12 @@ const STYLE = [
   { selector: "node[kind = 'pipeline'].failed", style: { "border-color": "#b3261e", "border-width": 3 } },
   { selector: "node[kind = 'pipeline'].running", style: { "border-color": "#1e8e3e", "border-width": 3 } },
   { selector: "node[kind = 'gate']", style: { shape: "diamond", width: 46, height: 46, "background-color": "#fdf0c6" } },
+  // A gate with times (a window, its events' time left) says them under its diamond.
+  { selector: "node[kind = 'gate'].timed", style: {
+    "text-valign": "bottom", "text-margin-y": 4, "text-background-color": "#fff", "text-background-opacity": 0.85,
+    "text-background-padding": 2, "text-max-width": 150 } },
+  // A watcher held back by a full backlog is healthy, waiting: amber, not red.
+  { selector: "node[kind = 'watcher'].held", style: { "border-color": "#c98a00", "border-width": 2, "border-style": "dashed" } },
   { selector: "node.dimmed, edge.dimmed", style: { opacity: 0.15 } },
   { selector: "node:selected", style: { "border-color": "#4b6cb7", "border-width": 3 } },
   { selector: "edge", style: {
@@ -381,7 +436,7 @@ function layOut(cy) {
   graph.setGraph({ rankdir: "LR", nodesep: 12, ranksep: 50 });
   graph.setDefaultEdgeLabel(() => ({}));
   cy.nodes().forEach((node) => {
-    const [width, height] = nodeSize(node.data("kind"));
+    const [width, height] = nodeSize(node.data());
     graph.setNode(node.id(), { width, height });
   });
   cy.edges().forEach((edge) => graph.setEdge(edge.data("source"), edge.data("target"), {}, edge.id()));
@@ -401,7 +456,7 @@ function fit(cy, padding = 30) {
   const box = { x1: Infinity, y1: Infinity, x2: -Infinity, y2: -Infinity };
   cy.nodes().forEach((node) => {
     const { x, y } = node.position();
-    const [width, height] = nodeSize(node.data("kind"));
+    const [width, height] = nodeSize(node.data());
     const w = width / 2;
     const h = height / 2;
     box.x1 = Math.min(box.x1, x - w);
@@ -473,8 +528,10 @@ function nodeState(data, queuedOf) {
       const parts = [watcher.state];
       if (watcher.lag != null) parts.push(`lag ${watcher.lag}`);
       if (watcher.recovered) parts.push("recovered");
+      if (watcher.held_by) parts.push(`held by ${watcher.held_by}`);
       detail = parts.join(" · ");
       classes = watcher.failing ? ["failing"] : watcher.state === "running" ? ["running"] : [];
+      if (watcher.held_by && !watcher.failing) classes.push("held");
     }
   } else if (data.kind === "asset") {
     const queued = queuedOf.get(Number(key)) || 0;
@@ -493,20 +550,44 @@ function nodeState(data, queuedOf) {
     if (pipeline?.paused) parts.push("paused");
     if (active) parts.push(`${active} active`);
     if (runs.length) parts.push(`last ${runs[0].state}`);
+    const hold = pipeline && !pipeline.paused ? holdShort(pipeline, state.explained.get(data.name)?.value) : "";
+    if (hold) parts.push(hold);
     detail = parts.join(" · ") || "no runs";
     if (runs.length) classes.push(`last-${runs[0].state}`);
     if (pipeline?.paused) classes.push("paused");
     if (active) classes.push("running");
     else if (runs[0]?.state === "failed" || pipeline?.error) classes.push("failed");
+  } else if (data.kind === "gate") {
+    // Its window, and the time left to each of its assets' oldest queued event.
+    const assets = state.explained.get(data.pipeline)?.value.assets || [];
+    const parts = data.within_s != null ? [`within ${span(data.within_s)}`] : [];
+    for (const asset of assets) {
+      if (asset.expires_at && asset.queued_events && data.operands.includes(`${asset.name}|${asset.uri}`)) {
+        parts.push(`${asset.name} ${left(asset.expires_at)} left`);
+      }
+    }
+    detail = parts.join(" · ");
+    if (parts.length) classes = ["timed"];
   }
   return { detail, classes };
+}
+
+// What holds a pipeline's run back, short, for the graph: its batch (queued of the most) or its
+// debounce, and the time left until the run starts at the latest (explain's held_until).
+function holdShort(pipeline, explained) {
+  if (!explained?.held_until) return "";
+  const queued = Object.values(pipeline.queued_by_asset).reduce((sum, n) => sum + n, 0);
+  const runs = `runs in ${left(explained.held_until)}`;
+  return explained.batch ? `batch ${queued}/${explained.batch.max_events} · ${runs}` : `quiet · ${runs}`;
 }
 
 // A node's look on the graph from the latest state: its data (the label under its name, its
 // state, a watcher's error) and its classes.
 function nodeLook(data, queuedOf) {
   const { detail, classes } = nodeState(data, queuedOf);
-  const look = { label: detail ? `${data.name}\n${detail}` : data.name, state: classes.join(" ") };
+  // A gate's times, a line each under its diamond.
+  const lines = data.kind === "gate" ? detail.replaceAll(" · ", "\n") : detail;
+  const look = { label: lines ? `${data.name}\n${lines}` : data.name, state: classes.join(" ") };
   if (data.kind === "watcher") look.error = state.watchers.get(data.id)?.last_error || "";
   return { look, classes };
 }
@@ -716,6 +797,7 @@ async function refresh() {
     showImportErrors(importErrors);
     state.watchers = new Map(watchers.map((w) => [`watcher:${w.asset_id}:${w.watcher}`, w]));
     state.pipelines = new Map(pipelines.map((p) => [p.pipeline_id, p]));
+    await readExplains(pipelines);
     state.runs = new Map();
     for (const run of runs) {
       if (!state.runs.has(run.pipeline_id)) state.runs.set(run.pipeline_id, []);
@@ -755,6 +837,36 @@ async function refresh() {
     state.busy = false;
   }
 }
+
+// The explain of each pipeline with events queued, for the times on its gate and its node (a
+// window's expiries, a batch's or debounce's hold). Those times change only with the queue: a
+// pipeline with any of them is read again when its queue changes, any other every EXPLAIN_MS
+// (its definition may have gained one); at most EXPLAINS_PER_POLL a poll, the stalest first.
+async function readExplains(pipelines) {
+  const now = Date.now();
+  const kept = new Map();
+  const stale = [];
+  for (const pipeline of pipelines) {
+    if (!Object.keys(pipeline.queued_by_asset).length) continue;
+    const signature = JSON.stringify(pipeline.queued_by_asset);
+    const read = state.explained.get(pipeline.pipeline_id);
+    if (read) kept.set(pipeline.pipeline_id, read);
+    const changed = read && read.signature !== signature && hasTimes(read.value);
+    if (!read || changed || now - read.at > EXPLAIN_MS) stale.push({ pipeline, signature, at: read?.at ?? 0 });
+  }
+  state.explained = kept;
+  stale.sort((a, b) => a.at - b.at);
+  await Promise.all(stale.slice(0, EXPLAINS_PER_POLL).map(({ pipeline, signature }) =>
+    api(`/pipelines/${encodeURIComponent(pipeline.pipeline_id)}/explain`)
+      .then((value) => state.explained.set(pipeline.pipeline_id, { signature, at: Date.now(), value }))
+      .catch((error) => {
+        if (error instanceof Unauthorized) throw error;
+        // Gone since the list was read (a reload): the next poll does without it.
+      })));
+}
+
+const hasTimes = (explained) =>
+  explained.batch != null || explained.debounce_s != null || explained.assets.some((a) => a.window_s != null);
 
 // The banner of the pipeline files that failed to load, on every page: each file at its
 // line with the error, and the traceback's last frames under it.
@@ -1025,6 +1137,9 @@ async function pipelinePanel(id, specs) {
     api(path), api(`${path}/explain`), api(`${path}/runs?limit=20`),
     activity(`runs?pipeline_id=${encodeURIComponent(id)}&since=${weekAgo}&limit=50`),
   ]);
+  if (Object.keys(pipeline.queued_by_asset).length) {
+    state.explained.set(id, { signature: JSON.stringify(pipeline.queued_by_asset), at: Date.now(), value: explained });
+  }
   const log = state.logRun ? await runLogBox(state.logRun) : null;
   return html`${closeLink}<h1 data-pipeline="${pipeline.pipeline_id}">${pipeline.pipeline_id}</h1>
     <dl><dt>schedule</dt><dd>${pipeline.schedule}</dd><dt>progress</dt><dd>${pipeline.progress || "–"}</dd>
@@ -1034,7 +1149,8 @@ async function pipelinePanel(id, specs) {
     ${pipeline.error ? raw(html`<p class="error">${pipeline.error}</p>`) : ""}
     <h2>Explain</h2>
     <ul class="reasons" id="explain">${explained.reasons.map((r) => raw(html`<li>${r}</li>`))}</ul>
-    <ul class="muted">${explained.assets.map((a) => raw(html`<li>${a.name}: ${a.queued_events ? `${a.queued_events} queued since ${new Date(a.queued_since).toLocaleTimeString()}` : "missing"}</li>`))}</ul>
+    <ul class="muted operands">${explained.assets.map((a) => raw(html`<li data-operand="${a.name}">${a.name}: ${a.queued_events ? `${a.queued_events} queued since ${new Date(a.queued_since).toLocaleTimeString()}` : "missing"}${operandTimes(a)}</li>`))}</ul>
+    ${holdText(pipeline, explained)}
     <p><button id="toggle-pause" data-pipeline="${pipeline.pipeline_id}" data-paused="${pipeline.paused}">${pipeline.paused ? "Unpause" : "Pause"}</button>
     <button id="trigger" data-pipeline="${pipeline.pipeline_id}">Trigger…</button></p>
     <h2>Runs</h2>
@@ -1043,6 +1159,42 @@ async function pipelinePanel(id, specs) {
     ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${breakable(shortRunId(r))}</button>`) : breakable(shortRunId(r))}<br>${started(r)}${r.rerun_of ? raw(html`<br><span class="muted" data-rerun-of="${r.rerun_of}">re-run of ${breakable(shortRunId({ run_id: r.rerun_of, pipeline_id: r.pipeline_id }))}</span>`) : ""}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""} ${runControl(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
     ${runs.length ? "" : raw('<p class="muted">no runs yet</p>')}
     ${log !== null ? raw(html`<h3>Log of ${state.logRun}</h3>${raw(log)}`) : ""}`;
+}
+
+// An asset's times under its AND's window: when its oldest queued event expires, counting
+// down, or which of its events expired.
+function operandTimes(asset) {
+  if (asset.window_s == null) return "";
+  const window = span(asset.window_s);
+  if (asset.expires_at && asset.queued_events) {
+    return raw(html` · <span class="countdown">its oldest expires ${countdown(asset.expires_at)}</span> (window ${window})`);
+  }
+  if (asset.expired_at) {
+    return raw(html` · its event <a href="#/event/${asset.expired_event_id}">${asset.expired_event_id}</a> expired at ${new Date(asset.expired_at).toLocaleTimeString([], HMS)} (window ${window})`);
+  }
+  return ` · window ${window}`;
+}
+
+// What holds the pipeline's run back once its condition holds: its batch (the events queued of
+// the most, by asset) and its debounce, and when the run starts at the latest, counting down.
+function holdText(pipeline, explained) {
+  const { batch, debounce_s: debounce, held_until: until } = explained;
+  if (batch == null && debounce == null) return "";
+  const queued = Object.values(pipeline.queued_by_asset).reduce((sum, n) => sum + n, 0);
+  const byAsset = explained.assets.filter((a) => a.queued_events && !a.alias).map((a) => `${a.name} ${a.queued_events}`).join(", ");
+  const lines = [];
+  if (batch != null) {
+    lines.push(html`<li data-hold="batch">Batch: ${queued} of ${batch.max_events} events queued${byAsset ? ` (${byAsset})` : ""}; a run takes them at ${batch.max_events}, or ${span(batch.max_wait_s)} after the oldest was queued.</li>`);
+  }
+  if (debounce != null) {
+    lines.push(html`<li data-hold="debounce">Debounce: a run starts once no event has come for ${span(debounce)}${queued && batch == null ? ` (${queued} queued${byAsset ? `: ${byAsset}` : ""})` : ""}.</li>`);
+  }
+  if (until) {
+    const how = batch != null ? "at the latest" : "if no event comes before";
+    const paused = pipeline.paused ? " once unpaused" : "";
+    lines.push(html`<li data-hold="until"><span class="countdown">The run starts ${countdown(until)}</span> ${how}${paused}.</li>`);
+  }
+  return raw(`<ul class="hold" id="hold">${lines.join("")}</ul>`);
 }
 
 async function watcherPanel(key) {
@@ -1057,7 +1209,13 @@ function watcherDetails(w) {
     <dt>lag</dt><dd>${w.lag ?? "–"}</dd><dt>last poll</dt><dd>${age(w.last_poll_at)}</dd><dt>last event</dt><dd>${age(w.last_event_at)}</dd>
     <dt>restarts</dt><dd>${w.restarts}</dd><dt>consumer group</dt><dd>${w.consumer_group || "–"}</dd>
     <dt>instance</dt><dd>${w.instance_id || "–"}</dd></dl>
+    ${w.held_by ? raw(html`<p class="held" data-held-by="${w.held_by}">${heldBy(w)}</p>`) : ""}
     ${w.last_error ? raw(html`<p>${watcherError(w)}</p>`) : ""}`;
+}
+
+// A watcher held back by a full backlog: healthy, waiting for the pipeline to drain it.
+function heldBy(w) {
+  return raw(html`Held back by <a href="#/pipeline/${encodeURIComponent(w.held_by)}">${w.held_by}</a>: its backlog is full (max_backlog), so the watcher fetches nothing until it drains; the rest waits in the source.`);
 }
 
 // A watcher's last error: in red while it is its current state (GET /watchers' `failing`),
@@ -1085,7 +1243,7 @@ async function watchersPage(key, specs) {
   const watchers = [...state.watchers.values()];
   const lag = await activity("watcherLag?window=hour");
   return html`<h1>Watchers</h1>${chartFigure(lagChart("watchers-lag", lag), specs)}<table class="watchers"><tr><th>watcher</th><th>asset</th><th>trigger</th><th>state</th><th>lag</th><th>last poll</th><th>restarts</th><th>last error</th></tr>
-    ${watchers.map((w) => raw(html`<tr data-watcher="${w.watcher}"><td><a href="#/watcher/${w.asset_id}:${w.watcher}">${w.watcher}</a></td><td><a href="#/asset/${w.asset_id}">${w.asset}</a></td><td>${w.trigger}</td><td>${badge(w.state)}</td><td>${w.lag ?? "–"}</td><td>${age(w.last_poll_at)}</td><td>${w.restarts}</td><td>${watcherError(w)}</td></tr>`))}</table>
+    ${watchers.map((w) => raw(html`<tr data-watcher="${w.watcher}"><td><a href="#/watcher/${w.asset_id}:${w.watcher}">${w.watcher}</a></td><td><a href="#/asset/${w.asset_id}">${w.asset}</a></td><td>${w.trigger}</td><td>${badge(w.state)}${w.held_by ? raw(html` <span class="held" data-held-by="${w.held_by}">held by <a href="#/pipeline/${encodeURIComponent(w.held_by)}">${w.held_by}</a></span>`) : ""}</td><td>${w.lag ?? "–"}</td><td>${age(w.last_poll_at)}</td><td>${w.restarts}</td><td>${watcherError(w)}</td></tr>`))}</table>
     ${watchers.length ? "" : raw('<p class="muted">no watchers</p>')}`;
 }
 

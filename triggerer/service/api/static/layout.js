@@ -12,19 +12,31 @@ export const NODE_SIZES = {
   watcher: [154, 56], asset: [174, 56], alias: [174, 56], group: [196, 58], pipeline: [186, 58],
   gate: [52, 52],
 };
-export const nodeSize = (kind) => NODE_SIZES[kind] || [174, 56];
+const LINE_PX = 17; // a line of a node's label
+const TIMED_GATE_WIDTH = 160; // the widest line under a timed gate ("invoices 59m 58s left")
+
+// The size of a node (its data): its kind's, or for a gate with a window, with room for what it
+// says under its diamond (a line for the window, one for each of its assets), as much above it
+// so that the diamond stays at its centre.
+export function nodeSize(data) {
+  if (data.kind === "gate" && data.within_s != null) {
+    const under = LINE_PX * (2 + (data.operands?.length || 0)) + 6;
+    return [TIMED_GATE_WIDTH, NODE_SIZES.gate[1] + 2 * under];
+  }
+  return NODE_SIZES[data.kind] || [174, 56];
+}
 
 // Positions ({id: {x, y}}, node centres) of the nodes of `elements` (cytoscape's element
 // objects), ranks `rankSep` apart, nodes of a rank `nodeSep` apart.
 export function layered(elements, { rankSep = 70, nodeSep = 12 } = {}) {
   const ids = [];
-  const kind = new Map();
+  const data = new Map();
   const succ = new Map();
   const pred = new Map();
   for (const element of elements) {
     if (element.group !== "nodes") continue;
     ids.push(element.data.id);
-    kind.set(element.data.id, element.data.kind);
+    data.set(element.data.id, element.data);
     succ.set(element.data.id, []);
     pred.set(element.data.id, []);
   }
@@ -61,10 +73,10 @@ export function layered(elements, { rankSep = 70, nodeSep = 12 } = {}) {
   let x = 0;
   for (const layer of layers) {
     if (!layer) continue;
-    const width = Math.max(...layer.map((id) => nodeSize(kind.get(id))[0]));
+    const width = Math.max(...layer.map((id) => nodeSize(data.get(id))[0]));
     let bottom = -Infinity;
     for (const id of layer) {
-      const [, height] = nodeSize(kind.get(id));
+      const [, height] = nodeSize(data.get(id));
       const near = pred.get(id).filter((n) => positions[n]);
       const wanted = near.length ? near.reduce((sum, n) => sum + positions[n].y, 0) / near.length : bottom + nodeSep + height / 2;
       const y = Math.max(Number.isFinite(wanted) ? wanted : height / 2, bottom + nodeSep + height / 2);
