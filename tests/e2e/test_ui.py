@@ -824,8 +824,9 @@ BY = r"by \d\d:\d\d:\d\d \(in 5\dm \d+s\)"
 async def seconds_left(page: Page, selector: str) -> int:
     """The seconds of the countdown ``in 59m 58s`` in ``selector``."""
     text = await page.locator(selector).inner_text()
-    minutes, seconds = re.search(r"in (\d+)m (\d+)s", text).groups()  # type: ignore[union-attr]
-    return int(minutes) * 60 + int(seconds)
+    found = re.search(r"in (\d+)m (\d+)s", text)
+    assert found, text
+    return int(found[1]) * 60 + int(found[2])
 
 
 @pytest.mark.timeout(180)
