@@ -15,10 +15,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import anyio
+import httpx
 import pytest
 from sqlalchemy import select, update
 
 from tests.e2e.daemon import DaemonProcess, triggerer_cli
+from tests.e2e.test_api import api_url
 from triggerer.service.store import models
 
 if TYPE_CHECKING:
@@ -156,12 +158,30 @@ async def test_windows_batches_debounce_and_resets_through_the_daemon(
 ) -> None:
     deployment = await make_deployment(database_url)
     deployment.write_pipelines(PIPELINES)
-    config = deployment.config_file()
+    config = deployment.config_file(api={"enabled": True, "port": 0})
     triggerer = Triggerer(deployment, config)
     daemon = deployment.process_with_config(config)
     with daemon:
         daemon.start()
         await daemon.wait_logged("pipelines_loaded")
+        await daemon.wait_logged("api_listening")
+        # The REST API tries the schedule on events given in advance.
+        async with httpx.AsyncClient(base_url=api_url(daemon), timeout=30) as client:
+            answer = await client.post(
+                "/pipelines/paired/simulate",
+                json=[
+                    {"asset": "orders", "at": "2026-01-01T00:00:00+00:00"},
+                    {"asset": "customers", "at": "2026-01-01T00:00:03+00:00"},
+                    {"asset": "orders", "at": "2026-01-01T01:00:00+00:00"},
+                ],
+            )
+            assert answer.status_code == 200, answer.text
+            simulated = answer.json()
+            assert [run["events"] for run in simulated["runs"]] == [[0, 1]]
+            assert simulated["expired"] == [2]
+            refused = await client.post("/pipelines/paired/simulate", json=[{"asset": "orders"}])
+            assert refused.status_code == 422
+            assert "event 0: 'at' must be an ISO time" in refused.json()["detail"]
         await deployment.wait_for(
             _watcher_states, lambda states: states == {"running"}, timeout_s=TIMEOUT_S
         )
