@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import structlog
@@ -33,13 +33,18 @@ if TYPE_CHECKING:
 
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-    from triggerer.service.daemon.supervisor import WatcherStatus
     from triggerer.service.scheduling.registry import Registry
 
 log = structlog.get_logger(__name__)
 
 RECOUNT_INTERVAL_S = 1.0
 """How often the backlogs are counted again without a wake (runs started by other daemons)."""
+
+
+class WatcherStatus(Protocol):
+    """What backpressure writes of a watcher's state (the supervisor's status of it)."""
+
+    held_by: str | None
 
 
 class Backpressure:
