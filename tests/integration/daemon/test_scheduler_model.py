@@ -450,15 +450,19 @@ class SchedulerModel(RuleBasedStateMachine):
             if node.reset is not None
         )
 
-    def live(self, pipeline_id: str, event_id: int) -> bool:
-        """Whether the queued event may be part of a run of the pipeline's schedule now."""
+    def consumable(self, pipeline_id: str, event_id: int) -> bool:
+        """Whether the pipeline's schedule names the event's asset, in its kind (plain or
+        partitioned)."""
         definition = self.definitions[pipeline_id]
         event = self.events[event_id]
         return (
             event.asset in names(CONDITIONS[definition.condition])
             and (event.partition_key is not None) == definition.partitioned
-            and not self.dead(pipeline_id, event_id)
         )
+
+    def live(self, pipeline_id: str, event_id: int) -> bool:
+        """Whether the queued event may be part of a run of the pipeline's schedule now."""
+        return self.consumable(pipeline_id, event_id) and not self.dead(pipeline_id, event_id)
 
     def check_dropped(self, evaluated: set[str]) -> None:
         """Rows leave the queue without a run only when they expired or a reset cleared
@@ -471,7 +475,13 @@ class SchedulerModel(RuleBasedStateMachine):
             assert not alive, f"{pipeline_id} dropped live events {alive} at {CLOCK.now}"
             self.pending[pipeline_id] -= gone
             if pipeline_id in evaluated:
-                kept = {e for e in now_queued if self.dead(pipeline_id, e)}
+                # Rows its schedule cannot consume at all (left by an earlier definition) are
+                # the first full pass's to drop, expired or not.
+                kept = {
+                    e
+                    for e in now_queued
+                    if self.dead(pipeline_id, e) and self.consumable(pipeline_id, e)
+                }
                 assert not kept, f"{pipeline_id} keeps expired or reset events {kept}"
 
     def check_nothing_stranded(self) -> None:
