@@ -1,4 +1,5 @@
-"""On PostgreSQL the CLI, another process, wakes a running daemon at once, not at its sweep."""
+"""The CLI, another process, wakes a running daemon at once, not at its sweep: over NOTIFY on
+PostgreSQL, through the notice rows on SQLite."""
 
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ WAKE_TIMEOUT_S = 30.0
 """Well under the sweeps this test sets, and ample for two Spark Connect runs."""
 
 
-@pytest.mark.parametrize("db_backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("db_backend", ["sqlite", "postgresql"], indirect=True)
 async def test_cli_emit_and_trigger_wake_the_daemon_without_waiting_for_its_sweep(
     database_url: str, make_deployment: MakeDeployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Only a notice can wake the scheduler or the launcher within the test's timeout.
-    monkeypatch.setattr(scheduler, "IDLE_WAKE_S", 600.0)
+    monkeypatch.setattr(scheduler, "SWEEP_S", 600.0)
     monkeypatch.setattr(launcher, "POLL_S", 600.0)
     deployment = await make_deployment(database_url)
     deployment.write_pipelines(ORDERS + PIPELINES)

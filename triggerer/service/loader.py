@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import importlib.util
@@ -56,22 +57,72 @@ def load_pipelines(
     folder: Path, on_import: Callable[[Path], object] | None = None
 ) -> LoadedPipelines:
     """Import every ``.py`` file under ``folder`` (sorted) and collect its definitions;
-    ``on_import`` hears of each file as its import starts.
+    ``on_import`` hears of each file as its import starts. See :class:`PipelinesFolder`."""
+    return PipelinesFolder(folder).load(on_import)
+
+
+@dataclasses.dataclass(frozen=True)
+class _File:
+    """What one file defined when it was imported, and the stamp it had then."""
+
+    stamp: tuple[int, int]
+    """Its modification time (ns) and size: a file saved again differs in one of them."""
+    definitions: tuple[Pipeline | BaseAsset, ...]
+    errors: tuple[LoadError, ...]
+
+
+class PipelinesFolder:
+    """A pipelines folder, loaded again after each change: a file is imported again only when
+    it changed, so a reload after a change to one of many files costs that file's import.
 
     A file that fails to import is reported with its path and line and skipped; a pipeline id
     defined twice is reported naming both files, and the first definition is kept.
     """
-    result = LoadedPipelines()
-    if not folder.is_dir():
-        result.errors.append(LoadError(str(folder), None, "pipelines folder does not exist"))
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._files: dict[Path, _File] = {}
+
+    def load(self, on_import: Callable[[Path], object] | None = None) -> LoadedPipelines:
+        """What the folder defines now; ``on_import`` hears of each file as its import
+        starts."""
+        result = LoadedPipelines()
+        if not self.folder.is_dir():
+            result.errors.append(
+                LoadError(str(self.folder), None, "pipelines folder does not exist")
+            )
+            return result
+        files = {}
+        for path in pipeline_files(self.folder, result.errors):
+            files[path] = self._load_file(path, on_import)
+            result.errors.extend(files[path].errors)
+            for definition in files[path].definitions:
+                if isinstance(definition, Pipeline):
+                    _add_pipeline(dataclasses.replace(definition, fileloc=str(path)), result)
+                else:
+                    _add_condition(definition, result)
+        self._files = files  # files gone from the folder are forgotten
         return result
-    for path in pipeline_files(folder, result.errors):
+
+    def _load_file(self, path: Path, on_import: Callable[[Path], object] | None) -> _File:
+        try:
+            status = path.stat()
+            stamp = (status.st_mtime_ns, status.st_size)
+        except OSError:
+            stamp = (-1, -1)  # gone since the folder was listed: the import reports it
+        known = self._files.get(path)
+        if known is not None and known.stamp == stamp:
+            return known
         if on_import is not None:
             on_import(path)
-        module = _import_file(path, folder, result.errors)
-        if module is not None:
-            _collect(module, path, result)
-    return result
+        errors: list[LoadError] = []
+        module = _import_file(path, self.folder, errors)
+        definitions = (
+            ()
+            if module is None
+            else tuple(v for v in vars(module).values() if isinstance(v, (Pipeline, BaseAsset)))
+        )
+        return _File(stamp, definitions, tuple(errors))
 
 
 def pipeline_files(folder: Path, errors: list[LoadError] | None = None) -> list[Path]:
@@ -209,12 +260,15 @@ def _source(pipeline: Pipeline) -> tuple[str, int] | str | None:
 def _add_condition(condition: BaseAsset, result: LoadedPipelines) -> None:
     for asset in condition.iter_assets():
         known = result.assets.setdefault(asset, asset)
-        # One asset declared in several places: its watchers are the union of all of them.
+        # One asset declared in several places: its watchers are the union of all of them,
+        # on a copy (the declarations are kept for the next load, and must stay as written).
         if known is not asset and asset.watchers:
             names = {watcher.name for watcher in known.watchers}
             extra = tuple(w for w in asset.watchers if w.name not in names)
             if extra:
-                known.watchers = known.watchers + extra
+                merged = copy.copy(known)
+                merged.watchers = known.watchers + extra
+                result.assets[asset] = merged
     result.aliases.update(condition.iter_aliases())
 
 

@@ -16,7 +16,7 @@ from triggerer.service.events import NewEvent, record_events
 from triggerer.service.loader import load_pipelines
 from triggerer.service.scheduling.registry import Registry, sync_definitions
 from triggerer.service.scheduling.schedule_queries import create_manual_run
-from triggerer.service.scheduling.scheduler import Scheduler
+from triggerer.service.scheduling.scheduler import TOGETHER, Scheduler
 from triggerer.service.store import models, session_factory
 from triggerer.service.store.states import RunState
 from triggerer.service.store.types import utcnow
@@ -200,7 +200,7 @@ async def test_a_busy_scheduler_still_looks_at_everything_every_idle_period(
 
     from triggerer.service.scheduling import scheduler
 
-    monkeypatch.setattr(scheduler, "IDLE_WAKE_S", 1.0)
+    monkeypatch.setattr(scheduler, "SWEEP_S", 1.0)
     async with anyio.create_task_group() as group:
         group.start_soon(harness.scheduler.run)
         await anyio.sleep(0.2)  # past the first full look
@@ -248,10 +248,13 @@ async def test_a_stream_of_wakes_makes_a_pass_per_spacing_not_one_per_wake(
     assert passes - before <= elapsed / 0.05 + 2
 
 
+SPREAD = 3 * TOGETHER
+"""Pipelines of a long pass: three transactions' worth."""
 MANY = (
     "from triggerer import Asset, pipeline\n"
     + "".join(
-        f"@pipeline(schedule=Asset('s{n}'))\ndef p{n:02}(spark, context): ...\n" for n in range(20)
+        f"@pipeline(schedule=Asset('s{n}'))\ndef p{n:03}(spark, context): ...\n"
+        for n in range(SPREAD)
     )
     + "@pipeline(schedule=Asset('hot'))\ndef zz_hot(spark, context): ...\n"
 )
@@ -261,9 +264,10 @@ async def test_a_pipeline_woken_during_a_long_pass_does_not_wait_for_its_end(
     make_harness: Callable[[str], Awaitable[Harness]],
 ) -> None:
     """Was: the wake of an event that came during a pass over a thousand waiting pipelines
-    (the idle sweep) waited for the whole pass, seconds."""
+    (the idle sweep) waited for the whole pass, seconds. Now it waits for the transaction of
+    at most TOGETHER pipelines the pass is in."""
     harness = await make_harness(MANY)
-    for n in range(20):
+    for n in range(SPREAD):
         await harness.emit(f"s{n}")
     await harness.emit("hot")  # stored, its wake not yet come
     created: list[int] = []
@@ -276,14 +280,14 @@ async def test_a_pipeline_woken_during_a_long_pass_does_not_wait_for_its_end(
     harness.scheduler = Scheduler(
         harness.sessions, lambda: harness.registry, woken_at_the_first_run
     )
-    await harness.scheduler.run_once()  # everything, in name order: p00 .. p19, zz_hot
+    await harness.scheduler.run_once()  # everything, in name order: p000 .. p149, zz_hot
 
     async with harness.sessions() as session:
         order = (
             await session.scalars(select(models.Run.pipeline_id).order_by(models.Run.id))
         ).all()
-    assert order[:2] == ["p00", "zz_hot"]
-    assert len(order) == 21
+    assert order[: TOGETHER + 1] == [f"p{n:03}" for n in range(TOGETHER)] + ["zz_hot"]
+    assert len(order) == SPREAD + 1
 
 
 async def test_redelivered_event_with_same_dedup_key_is_not_stored_twice(harness: Harness) -> None:

@@ -1,20 +1,22 @@
-"""Notices over PostgreSQL LISTEN/NOTIFY: sent on commit only, heard by each driver, and the
-listener survives its connection being killed."""
+"""Notices over PostgreSQL LISTEN/NOTIFY and SQLite's notice rows: sent on commit only, heard by
+each driver, and the listener survives its connection being killed."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
+from datetime import timedelta
 
 import anyio
 import pytest
-from sqlalchemy import make_url, text
+from sqlalchemy import make_url, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from triggerer.service.daemon import wakeups
 from triggerer.service.daemon.wakeups import listen
-from triggerer.service.store import create_engine, session_factory
-from triggerer.service.store.notices import notify_queued, notify_runs, parse_queued
+from triggerer.service.store import create_engine, models, session_factory
+from triggerer.service.store.notices import KEPT_S, notify_queued, notify_runs, parse_queued
+from triggerer.service.store.types import utcnow
 
 postgresql_only = pytest.mark.parametrize("db_backend", ["postgresql"])
 
@@ -93,10 +95,38 @@ async def test_listener_reconnects_after_its_connection_is_killed_and_asks_for_a
     assert parse_queued("queued") is None
 
 
-async def test_listening_on_sqlite_returns_at_once(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite:///{tmp_path}/triggerer.db")
-    try:
-        with anyio.fail_after(5):
-            await listen(engine, lambda _: None)
-    finally:
-        await engine.dispose()
+sqlite_only = pytest.mark.parametrize("db_backend", ["sqlite"])
+
+
+@sqlite_only
+async def test_notice_rows_are_read_on_commit_and_never_from_a_rollback(
+    migrated_engine: AsyncEngine,
+) -> None:
+    async with listening(migrated_engine, migrated_engine) as received:
+        async with session_factory(migrated_engine)() as session:
+            await notify_queued(session, ["ghost"])
+            await session.rollback()
+        await _heard(received, "runs", migrated_engine)
+        heard = len(received)
+        await anyio.sleep(3 * wakeups.READ_INTERVAL_S)
+
+    assert "queued ghost" not in received
+    assert len(received) == heard, "each notice row is read once"
+
+
+@sqlite_only
+async def test_notice_rows_older_than_kept_s_are_deleted(
+    migrated_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions.begin() as session:
+        await notify_runs(session)
+        await session.execute(
+            update(models.Notice).values(created_at=utcnow() - timedelta(seconds=KEPT_S + 1))
+        )
+    async with listening(migrated_engine, migrated_engine) as received:
+        assert received[0] == "runs", "a daemon starting reads the rows of the last KEPT_S"
+        async with sessions() as session:
+            payloads = (await session.scalars(select(models.Notice.payload))).all()
+
+    assert "runs" not in payloads

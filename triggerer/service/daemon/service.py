@@ -37,7 +37,7 @@ from triggerer.service.daemon.retention import Retention
 from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.service.daemon.wakeups import listen
 from triggerer.service.daemon.watchdog import watch_event_loop
-from triggerer.service.loader import LoadedPipelines, load_pipelines, pipeline_files
+from triggerer.service.loader import LoadedPipelines, PipelinesFolder, pipeline_files
 from triggerer.service.runs.launcher import Launcher
 from triggerer.service.runs.lineage_emitter import LineageEmitter
 from triggerer.service.runs.spark_server import LocalSparkServer
@@ -86,6 +86,8 @@ class Service:
         checkpoints.read_from(source_checkpoints.reader(sessions))
         self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.registry = Registry({}, {}, {}, {}, {})
+        # Imported again file by file: a reload imports the files that changed.
+        self.folder = PipelinesFolder(Path(settings.pipelines.dir))
         send, self._receive = anyio.create_memory_object_stream[Delivery](DELIVERY_BUFFER)
         self.scheduler = Scheduler(sessions, lambda: self.registry, self._run_created)
         # Watchers whose pipelines' backlogs are full stop fetching ([runs] max_backlog).
@@ -180,7 +182,7 @@ class Service:
 
     async def reload(self, task_group: anyio.abc.TaskGroup) -> None:
         """Load the pipelines folder and bring the database and the watchers in line."""
-        loaded = await _load(Path(self.settings.pipelines.dir))
+        loaded = await _load(self.folder)
         for error in loaded.errors:
             log.error(
                 "pipeline_file_failed",
@@ -208,7 +210,7 @@ class Service:
         triggers = [watched.trigger for watched in self.registry.triggers.values()]
         for shared in self.shared_readers:
             shared.keep(triggers)
-        self.scheduler.wake()
+        self.scheduler.wake(self.registry.changed)
         log.info(
             "pipelines_loaded",
             pipelines=len(self.registry.pipelines),
@@ -517,8 +519,8 @@ async def _watch_folder(
             seen = current
 
 
-async def _load(folder: Path) -> LoadedPipelines:
-    """``load_pipelines`` in a thread. A file whose import does not return (one that waits on
+async def _load(folder: PipelinesFolder) -> LoadedPipelines:
+    """``folder.load()`` in a thread. A file whose import does not return (one that waits on
     the network at import) holds up this load and every reload after it: logged, naming it."""
     importing: list[Path] = []
 
@@ -528,14 +530,14 @@ async def _load(folder: Path) -> LoadedPipelines:
             await anyio.sleep(SLOW_LOAD_S)
             log.warning(
                 "pipeline_file_slow",
-                path=str(importing[-1]) if importing else str(folder),
+                path=str(importing[-1]) if importing else str(folder.folder),
                 loading_s=round(anyio.current_time() - started),
                 hint="its import has not returned; the pipelines folder is not reloaded meanwhile",
             )
 
     async with anyio.create_task_group() as reporting:
         reporting.start_soon(report_slow)
-        loaded = await anyio.to_thread.run_sync(partial(load_pipelines, folder, importing.append))
+        loaded = await anyio.to_thread.run_sync(folder.load, importing.append)
         reporting.cancel_scope.cancel()
     return loaded
 

@@ -8,11 +8,13 @@ import errors (files that failed to load) with those of this load.
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import structlog
-from sqlalchemy import delete, select, update
+from sqlalchemy import Table, and_, bindparam, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -20,7 +22,7 @@ from triggerer.assets import Asset, AssetAlias, AssetWatcher
 from triggerer.crons import next_tick
 from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service.store import models
-from triggerer.service.store.keys import import_error_key, trigger_key
+from triggerer.service.store.keys import asset_identity_key, import_error_key, trigger_key
 from triggerer.service.store.states import RefRole, TriggerState
 from triggerer.service.store.types import storable_text, utcnow
 from triggerer.triggers import UnusableTrigger, check_json, load_trigger
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from triggerer.triggers import BaseEventTrigger
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +57,9 @@ class Registry:
     alias_ids: dict[AssetAlias, int]
     pipelines: dict[str, Pipeline]
     triggers: dict[int, WatchedTrigger]
+    changed: frozenset[str] = frozenset()
+    """The pipelines the sync that made it created, changed or brought back: the scheduler
+    evaluates them again; the others' queues and due times stand."""
 
 
 @dataclasses.dataclass
@@ -70,19 +77,18 @@ class DefinitionChanges:
 async def sync_definitions(
     session: AsyncSession, loaded: LoadedPipelines, changes: DefinitionChanges | None = None
 ) -> Registry:
-    """Upsert everything ``loaded`` defines; the caller commits.
+    """Write what ``loaded`` defines; the caller commits.
 
+    Every table is read once and only the rows that differ are written, so a reload after a
+    change to one file of ten thousand pipelines writes that file's rows alone.
     ``changes``, when given, collects the assets and aliases created and the assets whose
     extra, group or watchers changed.
     """
     changes = DefinitionChanges() if changes is None else changes
     watchers_before = await _watchers_by_asset(session)
-    asset_ids = {
-        asset: await ensure_asset(session, asset, changes=changes)
-        for asset in loaded.assets.values()
-    }
-    alias_ids = {alias: await ensure_alias(session, alias, changes) for alias in loaded.aliases}
-    triggers = await _sync_watchers(session, loaded, asset_ids)
+    asset_ids = await _ensure_assets(session, list(loaded.assets.values()), changes)
+    alias_ids = await _ensure_aliases(session, loaded.aliases, changes)
+    triggers = await _sync_watchers(session, loaded, asset_ids, watchers_before)
     watchers_after = await _watchers_by_asset(session)
     reported = set(changes.created_assets) | set(changes.changed_assets)
     changes.changed_assets.extend(
@@ -90,7 +96,8 @@ async def sync_definitions(
         for asset, asset_id in asset_ids.items()
         if asset not in reported and watchers_before.get(asset_id) != watchers_after.get(asset_id)
     )
-    await _sync_pipelines(session, loaded.pipelines, asset_ids, alias_ids)
+    changed = await _sync_pipelines(session, loaded.pipelines)
+    await _sync_refs(session, loaded.pipelines, asset_ids, alias_ids)
     await sync_import_errors(session, loaded.errors)
     return Registry(
         assets={asset_id: asset for asset, asset_id in asset_ids.items()},
@@ -98,6 +105,7 @@ async def sync_definitions(
         alias_ids=alias_ids,
         pipelines=dict(loaded.pipelines),
         triggers=triggers,
+        changed=frozenset(changed),
     )
 
 
@@ -137,6 +145,76 @@ async def ensure_alias(session: AsyncSession, alias: AssetAlias, changes: Defini
     return alias_id
 
 
+async def _ensure_assets(
+    session: AsyncSession, assets: list[Asset], changes: DefinitionChanges
+) -> dict[Asset, int]:
+    """The ids of ``assets`` as the pipelines folder defines them: rows created, and extra and
+    group written where they changed (both noted in ``changes``), the rest only read."""
+    table = models.Asset
+    keys = {asset_identity_key(asset.name, asset.uri): asset for asset in assets}
+    known = {}
+    for chunk in _chunks(list(keys)):
+        rows = await session.execute(
+            select(table.identity_key, table.id, table.extra, table.group).where(
+                table.identity_key.in_(chunk)
+            )
+        )
+        known.update({key: (asset_id, extra, group) for key, asset_id, extra, group in rows})
+    ids, edits = {}, []
+    for key, asset in keys.items():
+        if key not in known:
+            continue
+        asset_id, extra, group = known[key]
+        ids[asset] = asset_id
+        if (extra, group) != (asset.extra, asset.group):
+            edits.append({"id": asset_id, "extra": asset.extra, "group": asset.group})
+            changes.changed_assets.append(asset)
+    if edits:
+        await session.execute(update(table), edits)
+    new = [asset for key, asset in keys.items() if key not in known]
+    if new:
+        created = await session.execute(
+            insert(table).returning(table.identity_key, table.id),
+            [{"name": a.name, "uri": a.uri, "group": a.group, "extra": a.extra} for a in new],
+        )
+        created_ids = dict(created.all())
+        ids.update({asset: created_ids[asset_identity_key(asset.name, asset.uri)] for asset in new})
+        changes.created_assets.extend(new)
+    return ids
+
+
+async def _ensure_aliases(
+    session: AsyncSession, aliases: set[AssetAlias], changes: DefinitionChanges
+) -> dict[AssetAlias, int]:
+    """The ids of ``aliases``, rows created as needed (noted in ``changes``)."""
+    table = models.AssetAlias
+    by_name = {alias.name: alias for alias in aliases}
+    ids = {}
+    for chunk in _chunks(list(by_name)):
+        rows = await session.execute(select(table.name, table.id).where(table.name.in_(chunk)))
+        ids.update({by_name[name]: alias_id for name, alias_id in rows})
+    new = [alias for alias in aliases if alias not in ids]
+    if new:
+        created = await session.execute(
+            insert(table).returning(table.name, table.id),
+            [{"name": alias.name, "group": alias.group} for alias in new],
+        )
+        ids.update({by_name[name]: alias_id for name, alias_id in created})
+        changes.created_aliases.extend(new)
+    return ids
+
+
+def _table(entity: type[models.Base]) -> Table:
+    """The table of ``entity``, for Core statements run once per row of a parameter list."""
+    return cast("Table", entity.__table__)
+
+
+def _chunks(values: list[T], size: int = 500) -> Iterator[list[T]]:
+    """``values`` in lists of at most ``size``: an ``IN`` list each database takes."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
 async def _watchers_by_asset(session: AsyncSession) -> dict[int, set[tuple[str, int]]]:
     """Each asset's watchers as (name, trigger id): a trigger id changes with its options."""
     watchers: dict[int, set[tuple[str, int]]] = {}
@@ -148,16 +226,20 @@ async def _watchers_by_asset(session: AsyncSession) -> dict[int, set[tuple[str, 
 
 
 async def _sync_watchers(
-    session: AsyncSession, loaded: LoadedPipelines, asset_ids: dict[Asset, int]
+    session: AsyncSession,
+    loaded: LoadedPipelines,
+    asset_ids: dict[Asset, int],
+    before: dict[int, set[tuple[str, int]]],
 ) -> dict[int, WatchedTrigger]:
+    """Write each asset's watchers and their triggers; the triggers to run, by id. ``before``
+    is what the asset_watcher table held (``_watchers_by_asset``)."""
     instances: dict[str, BaseEventTrigger] = {}
     watching: dict[str, list[int]] = {}
     watcher_names: dict[str, list[str]] = {}
-    wanted: set[tuple[int, str]] = set()
-    trigger_ids: dict[str, int] = {}
+    keys: dict[tuple[int, str], str] = {}  # (asset id, watcher name): its trigger's key
+    unusable: dict[tuple[int, str], int] = {}  # the same: the id of its failed trigger row
+    definitions: dict[str, tuple[str, dict[str, Any], tuple[str, ...], str]] = {}
     as_run: dict[str, BaseEventTrigger] = {}
-    sources: dict[str, tuple[str, str]] = {}
-    refused: set[str] = set()
     # In the order the assets were registered, then by name: the first watcher of a shared
     # trigger names its instance (for_watcher), and the first trigger on a source keeps it.
     in_order = sorted(
@@ -165,50 +247,26 @@ async def _sync_watchers(
         key=lambda pair: (asset_ids[pair[0]], pair[1].name),
     )
     for asset, watcher in in_order:
-        wanted.add((asset_ids[asset], watcher.name))
         try:
             runnable = _runnable(asset, watcher, as_run)
         except TriggerUnusable as error:
             log.error("watcher_unusable", watcher=watcher.name, asset=asset.name, error=str(error))
             trigger_id = await _failed_trigger(session, asset, watcher.name, str(error))
-            await session.merge(
-                models.AssetWatcher(
-                    asset_id=asset_ids[asset], name=watcher.name, trigger_id=trigger_id
-                )
-            )
+            unusable[asset_ids[asset], watcher.name] = trigger_id
             continue
         key = trigger_key(runnable.classpath, runnable.kwargs)
         instances.setdefault(key, runnable.trigger)
         watching.setdefault(key, []).append(asset_ids[asset])
         watcher_names.setdefault(key, []).append(f"{asset.name}/{watcher.name}")
-        if key not in trigger_ids:
-            trigger_ids[key] = await _ensure_trigger(
-                session, key, runnable.classpath, runnable.kwargs
-            )
-            described = f"watcher {watcher.name!r} of asset {asset.name!r}"
-            competing = _competing(runnable.exclusive_sources, key, described, sources)
-            if competing is not None:
-                refused.add(key)
-                log.error("watcher_refused", error=competing)
-                await session.execute(
-                    update(models.Trigger)
-                    .where(models.Trigger.id == trigger_ids[key])
-                    .values(state=TriggerState.FAILED, last_error=competing, last_error_at=utcnow())
-                )
-        await session.merge(
-            models.AssetWatcher(
-                asset_id=asset_ids[asset], name=watcher.name, trigger_id=trigger_ids[key]
-            )
+        described = f"watcher {watcher.name!r} of asset {asset.name!r}"
+        definitions.setdefault(
+            key, (runnable.classpath, runnable.kwargs, runnable.exclusive_sources, described)
         )
-    for asset_id, name in (
-        await session.execute(select(models.AssetWatcher.asset_id, models.AssetWatcher.name))
-    ).all():
-        if (asset_id, name) not in wanted:
-            await session.execute(
-                delete(models.AssetWatcher).where(
-                    models.AssetWatcher.asset_id == asset_id, models.AssetWatcher.name == name
-                )
-            )
+        keys[asset_ids[asset], watcher.name] = key
+    trigger_ids = await _ensure_triggers(session, definitions)
+    refused = await _refuse_competing(session, definitions, trigger_ids)
+    wanted = unusable | {place: trigger_ids[key] for place, key in keys.items()}
+    await _write_watchers(session, wanted, before)
     return {
         trigger_ids[key]: WatchedTrigger(
             trigger_ids[key], instances[key], tuple(watching[key]), tuple(watcher_names[key])
@@ -216,6 +274,86 @@ async def _sync_watchers(
         for key in instances
         if key not in refused
     }
+
+
+async def _ensure_triggers(
+    session: AsyncSession, definitions: dict[str, tuple[str, dict[str, Any], Any, Any]]
+) -> dict[str, int]:
+    """The id of each trigger of ``definitions`` (by key), rows created as needed."""
+    table = models.Trigger
+    ids: dict[str, int] = {}
+    for chunk in _chunks(list(definitions)):
+        rows = await session.execute(select(table.key, table.id).where(table.key.in_(chunk)))
+        ids.update(rows.all())
+    new = [key for key in definitions if key not in ids]
+    if new:
+        created = await session.execute(
+            insert(table).returning(table.key, table.id),
+            [
+                {"key": key, "classpath": definitions[key][0], "kwargs": definitions[key][1]}
+                for key in new
+            ],
+        )
+        ids.update(created.all())
+    return ids
+
+
+async def _refuse_competing(
+    session: AsyncSession,
+    definitions: dict[str, tuple[str, dict[str, Any], tuple[str, ...], str]],
+    trigger_ids: dict[str, int],
+) -> set[str]:
+    """The keys of the triggers refused because an earlier, different trigger reads one of
+    their exclusive sources; their rows are marked failed with the reason."""
+    sources: dict[str, tuple[str, str]] = {}
+    refused = set()
+    for key, (_classpath, _kwargs, exclusive, described) in definitions.items():
+        competing = _competing(exclusive, key, described, sources)
+        if competing is None:
+            continue
+        refused.add(key)
+        log.error("watcher_refused", error=competing)
+        await session.execute(
+            update(models.Trigger)
+            .where(models.Trigger.id == trigger_ids[key])
+            .values(state=TriggerState.FAILED, last_error=competing, last_error_at=utcnow())
+        )
+    return refused
+
+
+async def _write_watchers(
+    session: AsyncSession,
+    wanted: dict[tuple[int, str], int],
+    before: dict[int, set[tuple[str, int]]],
+) -> None:
+    """Make the asset_watcher rows ``wanted`` (``(asset id, name)`` to trigger id), writing
+    only those that differ from ``before``."""
+    table = _table(models.AssetWatcher)
+    had = {
+        (asset_id, name): trigger_id
+        for asset_id, watchers in before.items()
+        for name, trigger_id in watchers
+    }
+    gone = [{"a": asset_id, "n": name} for asset_id, name in had if (asset_id, name) not in wanted]
+    moved = [
+        {"a": place[0], "n": place[1], "t": trigger_id}
+        for place, trigger_id in wanted.items()
+        if place in had and had[place] != trigger_id
+    ]
+    new = [
+        {"asset_id": place[0], "name": place[1], "trigger_id": trigger_id}
+        for place, trigger_id in wanted.items()
+        if place not in had
+    ]
+    at_place = and_(table.c.asset_id == bindparam("a"), table.c.name == bindparam("n"))
+    if gone:
+        await session.execute(table.delete().where(at_place), gone)
+    if moved:
+        await session.execute(
+            table.update().where(at_place).values(trigger_id=bindparam("t")), moved
+        )
+    if new:
+        await session.execute(table.insert(), new)
 
 
 class TriggerUnusable(Exception):
@@ -303,88 +441,154 @@ async def _ensure_trigger(
     return trigger_id
 
 
-async def _sync_pipelines(
-    session: AsyncSession,
-    pipelines: dict[str, Pipeline],
-    asset_ids: dict[Asset, int],
-    alias_ids: dict[AssetAlias, int],
-) -> None:
+_DEFINED = (
+    "fileloc",
+    "schedule",
+    "schedule_text",
+    "is_active",
+    "partitioned",
+    "max_active_runs",
+    "run_policy",
+    "max_events_per_run",
+    "retries",
+)
+"""The pipeline columns its definition writes (``next_cron_at`` follows from ``schedule``)."""
+
+
+async def _sync_pipelines(session: AsyncSession, pipelines: dict[str, Pipeline]) -> set[str]:
+    """Write the pipeline rows that differ from their definitions, and mark those whose
+    definition is gone inactive; the ids of the pipelines created, changed or brought back."""
+    table = models.Pipeline
+    columns = [getattr(table, name) for name in ("pipeline_id", "next_cron_at", *_DEFINED)]
+    stored = {row.pipeline_id: row for row in await session.execute(select(*columns))}
+    gone = [id_ for id_, row in stored.items() if row.is_active and id_ not in pipelines]
+    for chunk in _chunks(gone):
+        await session.execute(
+            update(table).where(table.pipeline_id.in_(chunk)).values(is_active=False)
+        )
     now = utcnow()
-    await session.execute(
-        update(models.Pipeline)
-        .where(models.Pipeline.pipeline_id.not_in(list(pipelines)))
-        .values(is_active=False)
-    )
-    for pipeline in pipelines.values():
-        row = await session.get(models.Pipeline, pipeline.pipeline_id)
+    created, edits = [], []
+    for pipeline_id, pipeline in pipelines.items():
+        values = _defined_values(pipeline)
+        row = stored.get(pipeline_id)
         if row is None:
-            row = models.Pipeline(pipeline_id=pipeline.pipeline_id, paused=False)
-            session.add(row)
-        schedule = pipeline.schedule
-        row.fileloc = str(pipeline.fileloc)
-        row.next_cron_at = _next_cron_at(pipeline, row, now)
+            created.append(
+                {"pipeline_id": pipeline_id, "paused": False, **values}
+                | {"next_cron_at": _next_cron_at(pipeline, None, None, now)}
+            )
+            continue
+        values["next_cron_at"] = _next_cron_at(
+            pipeline, (row.schedule or {}).get("cron", pipeline.cron), row.next_cron_at, now
+        )
+        if any(getattr(row, name) != value for name, value in values.items()):
+            edits.append({"pipeline_id": pipeline_id, **values})
+    if created:
+        await session.execute(insert(table), created)
+    if edits:
+        await session.execute(update(table), edits)
+    return {row["pipeline_id"] for row in created + edits}
+
+
+def _defined_values(pipeline: Pipeline) -> dict[str, Any]:
+    """The values of the :data:`_DEFINED` columns of ``pipeline``'s row, as stored."""
+    schedule = pipeline.schedule
+    return {
+        "fileloc": str(pipeline.fileloc),
         # "cron": the expression next_cron_at follows, so a changed one gets a tick of its own.
-        row.schedule = {
-            "schedule": schedule.as_json() if schedule is not None else None,
-            "cron": pipeline.cron,
-            # What holds runs back beyond the condition, for the CLI's explain and replay.
-            "batch": None if pipeline.batch is None else dataclasses.asdict(pipeline.batch),
-            "debounce_s": pipeline.debounce_s,
-            "max_backlog": pipeline.max_backlog,
-        }
-        row.schedule_text = str(schedule) if schedule is not None else "manual"
-        row.is_active = True
-        row.partitioned = isinstance(schedule, PartitionedAssetTimetable)
-        row.max_active_runs = pipeline.max_active_runs
-        row.run_policy = pipeline.run_policy
-        row.max_events_per_run = pipeline.max_events_per_run
-        row.retries = pipeline.retries
-        await session.flush()
-        await _sync_refs(session, pipeline, asset_ids, alias_ids)
+        # Through JSON, as the column gives it back: tuples compare to lists then.
+        "schedule": json.loads(
+            json.dumps(
+                {
+                    "schedule": schedule.as_json() if schedule is not None else None,
+                    "cron": pipeline.cron,
+                    # What holds runs back beyond the condition, for explain and replay.
+                    "batch": None if pipeline.batch is None else dataclasses.asdict(pipeline.batch),
+                    "debounce_s": pipeline.debounce_s,
+                    "max_backlog": pipeline.max_backlog,
+                }
+            )
+        ),
+        "schedule_text": str(schedule) if schedule is not None else "manual",
+        "is_active": True,
+        "partitioned": isinstance(schedule, PartitionedAssetTimetable),
+        "max_active_runs": pipeline.max_active_runs,
+        "run_policy": pipeline.run_policy,
+        "max_events_per_run": pipeline.max_events_per_run,
+        "retries": pipeline.retries,
+    }
 
 
-def _next_cron_at(pipeline: Pipeline, row: models.Pipeline, now: datetime) -> datetime | None:
-    """The next tick of ``pipeline``: the one ``row`` has while its cron expression is the same
-    (even when overdue: it is still to run), else the first tick of the expression after now.
-    A row written before the expression was recorded keeps its tick."""
+def _next_cron_at(
+    pipeline: Pipeline, ticks_of: str | None, stored: datetime | None, now: datetime
+) -> datetime | None:
+    """The next tick of ``pipeline``: the ``stored`` one while the expression it was computed
+    for (``ticks_of``) is the same (even when overdue: it is still to run), else the first tick
+    of the expression after now. A row written before the expression was recorded keeps its
+    tick."""
     if pipeline.cron is None:
         return None
-    ticks_of = (row.schedule or {}).get("cron", pipeline.cron)
-    if row.next_cron_at is not None and ticks_of == pipeline.cron:
-        return row.next_cron_at
+    if stored is not None and ticks_of == pipeline.cron:
+        return stored
     return next_tick(pipeline.cron, now)
 
 
 async def _sync_refs(
     session: AsyncSession,
-    pipeline: Pipeline,
+    pipelines: dict[str, Pipeline],
     asset_ids: dict[Asset, int],
     alias_ids: dict[AssetAlias, int],
 ) -> None:
-    asset_refs: set[tuple[int, str]] = set()
-    alias_refs: set[tuple[int, str]] = set()
-    condition = pipeline.condition
-    if condition is not None:
-        asset_refs.update((asset_ids[a], RefRole.SCHEDULE) for a in condition.iter_assets())
-        alias_refs.update((alias_ids[a], RefRole.SCHEDULE) for a in condition.iter_aliases())
-    asset_refs.update((asset_ids[a], RefRole.INLET) for a in pipeline.inlets)
-    for outlet in pipeline.outlets:
-        if isinstance(outlet, Asset):
-            asset_refs.add((asset_ids[outlet], RefRole.OUTLET))
-        else:
-            alias_refs.add((alias_ids[outlet], RefRole.OUTLET))
-    pipeline_id = pipeline.pipeline_id
-    for table in (models.PipelineAssetRef, models.PipelineAliasRef):
-        await session.execute(delete(table).where(table.pipeline_id == pipeline_id))
-    session.add_all(
-        models.PipelineAssetRef(pipeline_id=pipeline_id, asset_id=asset_id, role=role)
-        for asset_id, role in asset_refs
-    )
-    session.add_all(
-        models.PipelineAliasRef(pipeline_id=pipeline_id, alias_id=alias_id, role=role)
-        for alias_id, role in alias_refs
-    )
-    await session.flush()
+    """Make the pipelines' asset and alias references those their definitions name, writing
+    only the rows that differ. Rows of pipelines not loaded stay, as their pipeline rows do."""
+    asset_refs: set[tuple[str, int, str]] = set()
+    alias_refs: set[tuple[str, int, str]] = set()
+    for pipeline_id, pipeline in pipelines.items():
+        condition = pipeline.condition
+        if condition is not None:
+            asset_refs.update(
+                (pipeline_id, asset_ids[a], RefRole.SCHEDULE) for a in condition.iter_assets()
+            )
+            alias_refs.update(
+                (pipeline_id, alias_ids[a], RefRole.SCHEDULE) for a in condition.iter_aliases()
+            )
+        asset_refs.update((pipeline_id, asset_ids[a], RefRole.INLET) for a in pipeline.inlets)
+        for outlet in pipeline.outlets:
+            if isinstance(outlet, Asset):
+                asset_refs.add((pipeline_id, asset_ids[outlet], RefRole.OUTLET))
+            else:
+                alias_refs.add((pipeline_id, alias_ids[outlet], RefRole.OUTLET))
+    await _write_refs(session, _table(models.PipelineAssetRef), "asset_id", asset_refs, pipelines)
+    await _write_refs(session, _table(models.PipelineAliasRef), "alias_id", alias_refs, pipelines)
+
+
+async def _write_refs(
+    session: AsyncSession,
+    table: Table,
+    column: str,
+    wanted: set[tuple[str, int, str]],
+    pipelines: dict[str, Pipeline],
+) -> None:
+    stored = {
+        (pipeline_id, ref_id, role)
+        for pipeline_id, ref_id, role in await session.execute(
+            select(table.c.pipeline_id, table.c[column], table.c.role)
+        )
+    }
+    gone = [
+        {"p": ref[0], "r": ref[1], "o": ref[2]} for ref in stored - wanted if ref[0] in pipelines
+    ]
+    if gone:
+        await session.execute(
+            table.delete().where(
+                table.c.pipeline_id == bindparam("p"),
+                table.c[column] == bindparam("r"),
+                table.c.role == bindparam("o"),
+            ),
+            gone,
+        )
+    new = [{"pipeline_id": p, column: r, "role": o} for p, r, o in wanted - stored]
+    if new:
+        await session.execute(table.insert(), new)
 
 
 async def sync_import_errors(session: AsyncSession, errors: list[LoadError]) -> None:

@@ -114,8 +114,29 @@ _ASSETS_WITH_QUEUED = _with_queued_rows(
 _PIPELINES_WITH_QUEUED = _with_queued_rows(
     models.Pipeline.pipeline_id, models.QueuedEvent.pipeline_id == models.Pipeline.pipeline_id
 )
-_CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
-    models.Pipeline.next_cron_at.is_not(None), models.Pipeline.is_active.is_(True)
+_QUEUED_SCHEDULE_ASSETS = select(
+    models.PipelineAssetRef.pipeline_id,
+    models.PipelineAssetRef.asset_id,
+    select(models.QueuedEvent.id)
+    .where(
+        models.QueuedEvent.pipeline_id == models.PipelineAssetRef.pipeline_id,
+        models.QueuedEvent.asset_id == models.PipelineAssetRef.asset_id,
+    )
+    .limit(1)
+    .scalar_subquery(),
+).where(
+    models.PipelineAssetRef.role == RefRole.SCHEDULE,
+    models.PipelineAssetRef.pipeline_id.in_(bindparam("keys", expanding=True)),
+)
+_FAILING = select(models.Pipeline.pipeline_id).where(
+    models.Pipeline.error.is_not(None), models.Pipeline.is_active.is_(True)
+)
+_ACTIVE_CRON = and_(models.Pipeline.next_cron_at.is_not(None), models.Pipeline.is_active.is_(True))
+_DUE_CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_at).where(
+    _ACTIVE_CRON, models.Pipeline.next_cron_at <= bindparam("now")
+)
+_NEXT_CRON_TICK = select(func.min(models.Pipeline.next_cron_at)).where(
+    _ACTIVE_CRON, models.Pipeline.next_cron_at > bindparam("now")
 )
 
 
@@ -143,6 +164,25 @@ async def record_error(
 async def pipelines_with_queued(session: AsyncSession, pipeline_ids: set[str]) -> set[str]:
     """The ``pipeline_ids`` that have queued events."""
     return await _queued_keys(session, _PIPELINES_WITH_QUEUED, pipeline_ids)
+
+
+async def queued_schedule_assets(
+    session: AsyncSession, pipeline_ids: set[str]
+) -> dict[str, set[int]]:
+    """Of each of ``pipeline_ids``, the assets it is scheduled on (directly, not through an
+    alias) that have events queued for it: one index probe per reference, one round trip."""
+    found: dict[str, set[int]] = defaultdict(set)
+    if pipeline_ids:
+        rows = await session.execute(_QUEUED_SCHEDULE_ASSETS, {"keys": sorted(pipeline_ids)})
+        for pipeline_id, asset_id, queued in rows:
+            if queued is not None:
+                found[pipeline_id].add(asset_id)
+    return found
+
+
+async def failing_pipelines(session: AsyncSession) -> set[str]:
+    """The active pipelines with an error recorded."""
+    return set((await session.scalars(_FAILING)).all())
 
 
 async def assets_with_queued(
@@ -250,9 +290,13 @@ async def drop_foreign_rows(session: AsyncSession) -> int:
     return count
 
 
-async def next_cron_ticks(session: AsyncSession) -> Sequence[Row[str, datetime | None]]:
-    """The next cron tick of each active pipeline that has one."""
-    return (await session.execute(_CRON_TICKS)).all()
+async def due_cron_ticks(
+    session: AsyncSession, now: datetime
+) -> tuple[Sequence[Row[str, datetime]], datetime | None]:
+    """The cron ticks due at ``now`` (pipeline id and tick), and the earliest tick after it:
+    two index range reads, however many pipelines run on a cron."""
+    due = (await session.execute(_DUE_CRON_TICKS, {"now": now})).all()
+    return due, await session.scalar(_NEXT_CRON_TICK, {"now": now})
 
 
 async def move_cron_tick(
@@ -282,26 +326,27 @@ async def insert_run(
 ) -> None:
     """Insert a queued run of ``pipeline`` consuming the events of the ``picked`` queue rows,
     and delete those rows; :class:`ConsumedElsewhere` when some are gone already."""
-    run = models.Run(
-        run_id=run_id,
-        pipeline_id=pipeline.pipeline_id,
-        run_type=run_type,
-        logical_date=None,
-        partition_key=partition_key,
-        state=RunState.QUEUED,
-        try_number=0,
-        max_tries=pipeline.retries + 1,
-        params=dict(pipeline.params),
+    run_pk = await session.scalar(
+        insert(models.Run).returning(models.Run.id),
+        {
+            "run_id": run_id,
+            "pipeline_id": pipeline.pipeline_id,
+            "run_type": run_type,
+            "logical_date": None,
+            "partition_key": partition_key,
+            "state": RunState.QUEUED,
+            "try_number": 0,
+            "max_tries": pipeline.retries + 1,
+            "params": dict(pipeline.params),
+        },
     )
-    session.add(run)
-    await session.flush()
     if not picked:
         return
     await session.execute(
         insert(models.RunEvent),
         [
             {
-                "run_pk": run.id,
+                "run_pk": run_pk,
                 "event_id": row.event_id,
                 "pipeline_id": pipeline.pipeline_id,
                 # An event a replay queued again may have been consumed already: its link

@@ -17,6 +17,7 @@ The statements it runs are in :mod:`triggerer.service.scheduling.schedule_querie
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -30,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from triggerer.crons import next_tick
 from triggerer.schedules import CronPartitionTimetable
 from triggerer.service import metrics
-from triggerer.service.scheduling.picking import Pick, describe, is_timed, pick_run
+from triggerer.service.scheduling.picking import Pick, Queued, describe, is_timed, pick_run
 from triggerer.service.scheduling.schedule_queries import (
     ConsumedElsewhere,
     asset_run_id,
@@ -38,13 +39,15 @@ from triggerer.service.scheduling.schedule_queries import (
     compose_run_id,
     drop_foreign_rows,
     drop_queued,
+    due_cron_ticks,
+    failing_pipelines,
     insert_run,
     members_of_aliases,
     move_cron_tick,
-    next_cron_ticks,
     pipeline_state,
     pipelines_with_queued,
     queued_rows,
+    queued_schedule_assets,
     record_error,
 )
 from triggerer.service.store.failures import is_outage
@@ -58,11 +61,16 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-IDLE_WAKE_S = 5.0
-"""Without a wake, everything is looked at again this often (events from other processes)."""
+SWEEP_S = 60.0
+"""The safety net: this often, every pipeline an evaluation could do something for is looked at
+whatever the wakes said (a wake lost with a notice). The wakes and due times do the work."""
 PASS_SPACING_S = 0.01
 """Passes start at most this often: under a stream of commits, the wakes of that time make one
 pass instead of a pass each (a lone event, coming after a quiet moment, waits for nothing)."""
+TOGETHER = 50
+"""Pipelines evaluated in one transaction, their runs committed together: one commit for the
+ten pipelines one event starts, where each commit costs as much as a run's rows; few enough
+that ingest, which waits for SQLite's one writer, waits for no more than a few milliseconds."""
 
 
 class Scheduler:
@@ -83,6 +91,8 @@ class Scheduler:
         self._due: dict[str, datetime] = {}
         self._everything = True
         self._swept_at = -math.inf
+        # The earliest cron tick not due when last read (None: read again).
+        self._next_tick: datetime | None = None
         self._woken = anyio.Event()
         # The definitions the queue was last tidied for; a reload brings new ones.
         self._tidied_for: Registry | None = None
@@ -108,33 +118,22 @@ class Scheduler:
             await anyio.sleep_until(started + PASS_SPACING_S)
 
     async def run_once(self) -> float:
-        """One pass: the pipelines named by the wakes since the last pass (all of them on the
-        first pass, after a reload or an idle period), then the cron ticks that are due.
-        Returns the seconds until the next tick (or the idle sweep)."""
+        """One pass: the pipelines named by the wakes since the last pass and those whose due
+        time came (on the first pass and each sweep, every one an evaluation could do
+        something for), then the cron ticks that are due. Returns the seconds until the next
+        due time, tick or sweep."""
         self._woken = anyio.Event()
         registry = self._registry()
         if registry is not self._tidied_for:
             await self._drop_foreign_rows()
-            self._tidied_for, self._everything = registry, True
-        # A look at least every IDLE_WAKE_S, however often wakes come: events queued by other
-        # processes wake no one here on SQLite, and must not wait for a quiet moment. That
-        # sweep needs only the pipelines with queued events: no other can start a run.
+            self._tidied_for, self._next_tick = registry, None
         now = anyio.current_time()
-        if self._everything:
-            dirty, self._everything, self._swept_at = set(registry.pipelines), False, now
-        elif now - self._swept_at >= IDLE_WAKE_S:
-            queued = await self._with_queued(registry)
-            dirty, self._swept_at = self._dirty | queued, now  # with the wakes of meanwhile
-        else:
-            dirty = self._dirty
-        self._dirty = set()
-        dirty |= self._take_due()
-        for pipeline_id in sorted(dirty):
-            # A pipeline woken meanwhile waits for one evaluation, not for the rest of a pass
-            # over a thousand others.
-            await self._schedule_woken(registry)
-            await self._schedule_named(pipeline_id, registry)
-        wait_s = await self._fire_cron(registry)
+        if self._everything or now - self._swept_at >= SWEEP_S:
+            self._everything, self._swept_at = False, now
+            self._dirty |= await self._worth_a_look(registry)
+        dirty, self._dirty = self._dirty | self._take_due(), set()
+        await self._schedule_all(sorted(dirty), registry)
+        wait_s = min(await self._fire_cron(registry), self._swept_at + SWEEP_S - now)
         if self._due:
             wait_s = min(wait_s, (min(self._due.values()) - utcnow()).total_seconds())
         return max(wait_s, 0.0)
@@ -147,20 +146,75 @@ class Scheduler:
             del self._due[pipeline_id]
         return due
 
-    async def _schedule_woken(self, registry: Registry) -> None:
-        while self._dirty:
-            woken, self._dirty = self._dirty, set()
-            for pipeline_id in sorted(woken):
-                await self._schedule_named(pipeline_id, registry)
-
-    async def _schedule_named(self, pipeline_id: str, registry: Registry) -> None:
-        pipeline = registry.pipelines.get(pipeline_id)
-        if pipeline is not None:
-            await self.schedule(pipeline, registry)
-
-    async def _with_queued(self, registry: Registry) -> set[str]:
+    async def _worth_a_look(self, registry: Registry) -> set[str]:
+        """The pipelines an evaluation could do something for: those whose queue may satisfy
+        their condition (the assets with queued events read in one statement, the condition
+        evaluated here), those whose queue time changes or an alias feeds, and those with an
+        error recorded (an evaluation may clear it). The others wait for a change."""
         async with self._sessions() as session:
-            return await pipelines_with_queued(session, set(registry.pipelines))
+            with_queued = await pipelines_with_queued(session, set(registry.pipelines))
+            plain = {
+                pipeline_id
+                for pipeline_id in with_queued
+                if (condition := registry.pipelines[pipeline_id].condition) is not None
+                and not is_timed(registry.pipelines[pipeline_id], condition)
+                and not any(condition.iter_aliases())
+            }
+            present = await queued_schedule_assets(session, plain)
+            failing = await failing_pipelines(session)
+        worth = (with_queued - plain) | (failing & registry.pipelines.keys())
+        worth.update(
+            pipeline_id
+            for pipeline_id in plain
+            if registry.pipelines[pipeline_id].condition.evaluate(  # type: ignore[union-attr]
+                _updated(present.get(pipeline_id, ()), registry, {})
+            )
+        )
+        return worth
+
+    async def _schedule_all(self, pipeline_ids: list[str], registry: Registry) -> None:
+        """Evaluate ``pipeline_ids``, :data:`TOGETHER` to a transaction; pipelines woken
+        meanwhile go before the next group, not after the rest of a pass over thousands."""
+        for start in range(0, len(pipeline_ids), TOGETHER):
+            await self._schedule_together(pipeline_ids[start : start + TOGETHER], registry)
+            while self._dirty:
+                woken, self._dirty = sorted(self._dirty), set()
+                for group in range(0, len(woken), TOGETHER):
+                    await self._schedule_together(woken[group : group + TOGETHER], registry)
+
+    async def _schedule_together(self, pipeline_ids: list[str], registry: Registry) -> None:
+        """Evaluate ``pipeline_ids`` in one transaction. Should any of them fail (a fault of
+        its own, a race with another scheduler), the transaction is rolled back and each is
+        evaluated alone (:meth:`schedule`), where the fault stays its own."""
+        pipelines = [registry.pipelines[i] for i in pipeline_ids if i in registry.pipelines]
+        if not pipelines:
+            return
+        if len(pipelines) == 1:
+            await self.schedule(pipelines[0], registry)
+            return
+        made: dict[str, list[str]] = {}
+        try:
+            async with self._sessions.begin() as session:
+                for pipeline in pipelines:
+                    self._due.pop(pipeline.pipeline_id, None)
+                    made[pipeline.pipeline_id] = await self._create_asset_runs(
+                        session, pipeline, registry
+                    )
+        # Whatever one of them raised: each is evaluated again alone, which records a fault
+        # of its own on it, or lets an outage propagate.
+        except Exception:  # noqa: BLE001
+            for pipeline in pipelines:
+                await self.schedule(pipeline, registry)
+            return
+        self._created(made)
+
+    def _created(self, made: dict[str, list[str]]) -> None:
+        """Log the runs ``made`` (by pipeline id) and wake who starts them."""
+        for pipeline_id, run_ids in made.items():
+            for run_id in run_ids:
+                log.info("run_created", pipeline_id=pipeline_id, run_id=run_id)
+        if any(made.values()):
+            self._on_run_created()
 
     async def schedule(self, pipeline: Pipeline, registry: Registry) -> int:
         """Create every run the queued events of ``pipeline`` allow now; returns how many.
@@ -168,13 +222,15 @@ class Scheduler:
         Never raises for a fault of the pipeline (it is recorded on the pipeline instead);
         database errors propagate.
         """
-        created = 0
         self._due.pop(pipeline.pipeline_id, None)
         try:
-            while (run_id := await self._next_asset_run(pipeline, registry)) is not None:
-                created += 1
-                log.info("run_created", pipeline_id=pipeline.pipeline_id, run_id=run_id)
-                self._on_run_created()
+            while True:
+                try:
+                    async with self._sessions.begin() as session:
+                        run_ids = await self._create_asset_runs(session, pipeline, registry)
+                    break
+                except (IntegrityError, ConsumedElsewhere):
+                    log.info("run_creation_raced", pipeline_id=pipeline.pipeline_id)
         # The pipeline's fault boundary: its condition and mapper are user code, the store may
         # refuse what its definition puts in a run, and one pipeline must not stop the others.
         except Exception as error:
@@ -183,54 +239,73 @@ class Scheduler:
             await self._set_error(
                 pipeline.pipeline_id, f"evaluating its schedule failed: {describe(error)}", error
             )
-        return created
+            return 0
+        self._created({pipeline.pipeline_id: run_ids})
+        return len(run_ids)
 
-    async def _next_asset_run(self, pipeline: Pipeline, registry: Registry) -> str | None:
-        while True:
-            try:
-                async with self._sessions.begin() as session:
-                    return await self._create_asset_run(session, pipeline, registry)
-            except (IntegrityError, ConsumedElsewhere):
-                log.info("run_creation_raced", pipeline_id=pipeline.pipeline_id)
-
-    async def _create_asset_run(
+    async def _create_asset_runs(
         self, session: AsyncSession, pipeline: Pipeline, registry: Registry
-    ) -> str | None:
-        """The run the queue of ``pipeline`` allows now, created, after dropping the queue rows
-        time has taken out (expired, reset); when to look again without a change is noted."""
+    ) -> list[str]:
+        """The runs the queue of ``pipeline`` allows now, created in one transaction (the
+        queue read once, each run's rows taken out of what the next one may pick), after
+        dropping the queue rows time has taken out (expired, reset); when to look again
+        without a change is noted."""
         paused, error, active_runs = await pipeline_state(session, pipeline.pipeline_id)
         if pipeline.condition is None:
             if pipeline.cron is None:
                 # Manual only: nothing to evaluate, so an error of an earlier schedule is gone.
                 await _report(session, pipeline.pipeline_id, error, None)
-            return None
+            return []
         # Paused or at max_active_runs: no run now, so its error (if any) stands; time still
         # takes its expired and reset events out of the queue.
         held = paused is not False or active_runs >= pipeline.max_active_runs
         if held and not is_timed(pipeline, pipeline.condition):
-            return None
-        pick = await _pick_queued(session, pipeline, pipeline.condition, registry)
-        if pick.dropped:
-            await drop_queued(session, [drop.row.row_id for drop in pick.dropped])
-            for drop in pick.dropped:
-                metrics.QUEUE_DROPS.labels(pipeline.pipeline_id, drop.reason).inc()
-                log.info(
-                    "queued_event_dropped",
-                    pipeline_id=pipeline.pipeline_id,
-                    event_id=drop.row.event_id,
-                    reason=drop.reason,
-                    at=drop.at.isoformat(),
-                )
-        if pick.due is not None:
-            self._due[pipeline.pipeline_id] = pick.due
-        if held:
-            return None
-        if not pick.rows:
+            return []
+        queue = await _queue_of(session, pipeline, pipeline.condition, registry)
+        pick = Pick() if queue is None else queue.pick(utcnow())
+        run_ids: list[str] = []
+        while True:
+            await self._drop(session, pipeline.pipeline_id, pick)
+            if pick.due is None:
+                self._due.pop(pipeline.pipeline_id, None)
+            else:
+                self._due[pipeline.pipeline_id] = pick.due
+            if held or queue is None or not pick.rows:
+                break
+            run_id = asset_run_id(pipeline.pipeline_id, pick.rows)
+            await insert_run(
+                session, pipeline, run_id, RunType.ASSET, pick.partition_key, pick.rows
+            )
+            run_ids.append(run_id)
+            if active_runs + len(run_ids) >= pipeline.max_active_runs:
+                break
+            queue.taken(pick)
+            try:
+                pick = queue.pick(utcnow())
+            # User code (a condition, a mapper) that fails after runs were made keeps those:
+            # the pipeline is evaluated again on its own, where the failure is recorded.
+            except Exception:  # noqa: BLE001
+                self._dirty.add(pipeline.pipeline_id)
+                break
+        if not held and not pick.rows:  # it evaluated to the end: what stands in the way
             await _report(session, pipeline.pipeline_id, error, "; ".join(pick.problems) or None)
-            return None
-        run_id = asset_run_id(pipeline.pipeline_id, pick.rows)
-        await insert_run(session, pipeline, run_id, RunType.ASSET, pick.partition_key, pick.rows)
-        return run_id
+        return run_ids
+
+    @staticmethod
+    async def _drop(session: AsyncSession, pipeline_id: str, pick: Pick) -> None:
+        """Take the rows ``pick`` drops (expired, reset) out of the queue, logged and counted."""
+        if not pick.dropped:
+            return
+        await drop_queued(session, [drop.row.row_id for drop in pick.dropped])
+        for drop in pick.dropped:
+            metrics.QUEUE_DROPS.labels(pipeline_id, drop.reason).inc()
+            log.info(
+                "queued_event_dropped",
+                pipeline_id=pipeline_id,
+                event_id=drop.row.event_id,
+                reason=drop.reason,
+                at=drop.at.isoformat(),
+            )
 
     async def _set_error(
         self, pipeline_id: str, error: str | None, cause: BaseException | None = None
@@ -248,31 +323,32 @@ class Scheduler:
             log.info("queued_events_dropped", count=count, reason="not in the schedule any more")
 
     async def _fire_cron(self, registry: Registry) -> float:
-        """Create the runs of cron ticks that are due; seconds until the next tick."""
-        if not any(pipeline.cron for pipeline in registry.pipelines.values()):
-            return IDLE_WAKE_S
+        """Create the runs of cron ticks that are due; seconds until the next tick. Before the
+        earliest tick last read nothing is read: a tick only moves later (a run made, by any
+        scheduler), or comes with a reload, which reads again."""
         now = utcnow()
-        async with self._sessions.begin() as session:
-            due = await next_cron_ticks(session)
-        wait_s = IDLE_WAKE_S
+        if self._next_tick is not None and self._next_tick > now:
+            return (self._next_tick - now).total_seconds()
+        async with self._sessions() as session:
+            due, self._next_tick = await due_cron_ticks(session, now)
+        made = False
         for pipeline_id, tick in due:
             pipeline = registry.pipelines.get(pipeline_id)
-            if pipeline is None or pipeline.cron is None or tick is None:
-                continue
-            if tick > now:
-                wait_s = min(wait_s, (tick - now).total_seconds())
+            if pipeline is None or pipeline.cron is None:
                 continue
             try:
-                created = await self._create_cron_run(pipeline, pipeline.cron, tick, now)
+                made |= await self._create_cron_run(pipeline, pipeline.cron, tick, now)
             except Exception as error:  # the pipeline's boundary, as in schedule()
                 if is_outage(error):
                     raise
                 message = f"its cron tick {tick.isoformat()} failed: {describe(error)}"
                 await self._set_error(pipeline_id, message, error)
-                continue
-            if created:
-                wait_s = 0.0
-        return wait_s
+        next_tick = self._next_tick
+        if due:  # ticks moved, or wait for a run to end: read again on the next pass
+            self._next_tick = None
+        if made:
+            return 0.0
+        return math.inf if next_tick is None else (next_tick - now).total_seconds()
 
     async def _create_cron_run(
         self, pipeline: Pipeline, cron: str, tick: datetime, now: datetime
@@ -338,10 +414,32 @@ async def _report(
     await record_error(session, pipeline_id, error, newly_failing=was is None)
 
 
-async def _pick_queued(
+@dataclasses.dataclass
+class _Queue:
+    """A pipeline's queue as read once in a transaction, picked from run after run."""
+
+    pipeline: Pipeline
+    condition: BaseAsset
+    rows: list[Queued]
+    registry: Registry
+    alias_members: dict[int, set[AssetAlias]]
+
+    def pick(self, now: datetime) -> Pick:
+        """The next run's pick from the rows left."""
+        return pick_run(
+            self.pipeline, self.condition, self.rows, self.registry, self.alias_members, now
+        )
+
+    def taken(self, pick: Pick) -> None:
+        """The rows ``pick`` put into a run or dropped are gone: no later pick sees them."""
+        gone = {row.row_id for row in pick.rows} | {drop.row.row_id for drop in pick.dropped}
+        self.rows = [row for row in self.rows if row.row_id not in gone]
+
+
+async def _queue_of(
     session: AsyncSession, pipeline: Pipeline, condition: BaseAsset, registry: Registry
-) -> Pick:
-    """The queue rows of the next run of ``pipeline``, if its condition allows one now."""
+) -> _Queue | None:
+    """The queue of ``pipeline``, or ``None`` when its condition cannot hold over it."""
     alias_members = await members_of_aliases(session, condition, registry)
     # Cheap first: which assets have any queued event; a backlog waiting for another asset
     # of an AND is not read again on every wake. Where time changes the queue (windows,
@@ -352,9 +450,9 @@ async def _pick_queued(
             session, pipeline.pipeline_id, candidates | set(alias_members)
         )
         if not condition.evaluate(_updated(present, registry, alias_members)):
-            return Pick()
+            return None
     rows = await queued_rows(session, pipeline.pipeline_id)
-    return pick_run(pipeline, condition, rows, registry, alias_members, utcnow())
+    return _Queue(pipeline, condition, rows, registry, alias_members)
 
 
 def _updated(

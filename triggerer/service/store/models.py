@@ -305,7 +305,7 @@ class Pipeline(Base):
     run_policy: Mapped[str] = mapped_column(String(16), default=RunPolicy.COALESCE.value)
     max_events_per_run: Mapped[int | None] = mapped_column()
     retries: Mapped[int] = mapped_column(default=0)
-    next_cron_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    next_cron_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, index=True)
     error: Mapped[str | None] = mapped_column(Text)
     error_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
@@ -560,6 +560,20 @@ class Instance(Base):
     pid: Mapped[int] = mapped_column()
     started_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     heartbeat_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Notice(Base):
+    """A notice for the daemons sharing a SQLite store, which has no NOTIFY (see
+    :mod:`~triggerer.service.store.notices`): written in the transaction of the change it tells
+    of, read by id order, and deleted after a minute. ``AUTOINCREMENT``: an id is never used
+    twice, so "the notices after the last one read" misses none."""
+
+    __tablename__ = "notice"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    payload: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class Lease(Base):

@@ -1,18 +1,25 @@
-"""Notices between processes sharing a PostgreSQL database, over NOTIFY.
+"""Notices between processes sharing a database: over NOTIFY on PostgreSQL, as rows on SQLite.
 
 A process that queues events for pipelines, queues a run or cancels one says so in the same
-transaction; PostgreSQL delivers the notice to every listening daemon
-(``triggerer.service.daemon.wakeups``) when that transaction commits, never if it rolls back, so
-another instance or the CLI wakes a daemon's scheduler or launcher at once instead of at its
-next sweep. SQLite has no such channel: there the sweep is the wake-up.
+transaction, so the notice exists once the change is committed, never if it rolls back, and
+another instance or the CLI wakes a daemon's scheduler or launcher instead of its sweep doing
+so. PostgreSQL delivers the notice to every listening daemon
+(``triggerer.service.daemon.wakeups``) when the transaction commits. SQLite has no such
+channel: the notice is a ``notice`` row, which daemons read by polling for the rows after the
+last one they read (one indexed probe, nothing to read at idle) and delete after
+:data:`KEPT_S`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from triggerer.service.store import models
+from triggerer.service.store.types import utcnow
 
 CHANNEL = "triggerer"
 RUNS = "runs"
@@ -22,8 +29,17 @@ CANCEL = "cancel"
 QUEUED = "queued"
 """The notice of queued events: ``queued`` then the pipeline ids, or alone for "any"."""
 _PAYLOAD_MAX_BYTES = 7900  # PostgreSQL refuses payloads of 8000 bytes or more
+KEPT_S = 60.0
+"""How long a notice row stays on SQLite: daemons read them every fraction of a second, and one
+that was not running then looks at every pipeline when it starts."""
 # Built once: building it cost three times what running it did, on every transaction.
 _NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
+_NOTICE_ROW = insert(models.Notice)
+_AFTER = (
+    select(models.Notice.id, models.Notice.payload)
+    .where(models.Notice.id > bindparam("after"))
+    .order_by(models.Notice.id)
+)
 
 
 async def notify_queued(session: AsyncSession, pipeline_ids: Iterable[str]) -> None:
@@ -47,6 +63,24 @@ async def notify_cancel(session: AsyncSession) -> None:
 async def _notify(session: AsyncSession, payload: str) -> None:
     if session.get_bind().dialect.name == "postgresql":
         await session.execute(_NOTIFY, {"payload": payload})
+    else:
+        await session.execute(_NOTICE_ROW, {"payload": payload, "created_at": utcnow()})
+
+
+async def last_notice(session: AsyncSession) -> int:
+    """The id of the last notice row (0 when none): where a daemon starts reading (SQLite)."""
+    return await session.scalar(select(func.coalesce(func.max(models.Notice.id), 0))) or 0
+
+
+async def notices_after(session: AsyncSession, after: int) -> Sequence[tuple[int, str]]:
+    """The notice rows after ``after``, in order, as ``(id, payload)`` (SQLite)."""
+    return [tuple(row) for row in await session.execute(_AFTER, {"after": after})]
+
+
+async def prune_notices(session: AsyncSession) -> None:
+    """Delete the notice rows older than :data:`KEPT_S` (SQLite)."""
+    cutoff = utcnow() - timedelta(seconds=KEPT_S)
+    await session.execute(delete(models.Notice).where(models.Notice.created_at < cutoff))
 
 
 def parse_queued(payload: str) -> set[str] | None:
