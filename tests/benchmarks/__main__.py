@@ -26,6 +26,7 @@ BENCHMARKS = (
     "bench_idle_demo",
     "bench_fanout",
     "bench_time_conditions",
+    "bench_scale",
     "bench_listeners",
     "bench_api",
     "bench_ui",

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from triggerer.backoff import backoff_s
 from triggerer.connections import get_connection
 from triggerer.triggers import SourceMissing
+from watchers import aws
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -58,7 +58,7 @@ class QueueClient:
             retries={"mode": "standard"},
         )
         self._client = await self._exit_stack.enter_async_context(
-            get_session().create_client("sqs", config=config, **client_options(queue, connection))
+            aws.session().create_client("sqs", config=config, **client_options(queue, connection))
         )
         self.queue_url = queue.url or await self.queue_url_of(queue.name)
 

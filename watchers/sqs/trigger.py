@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from triggerer.providers import Provider
+from watchers import aws
 from watchers.payloads import decode_body
 from watchers.processing import Prepared, Processing, check_range
 from watchers.shared_readers import SharedReaderTrigger, shared_of_type
@@ -238,7 +238,7 @@ async def send(
     }
     fifo = location.name.endswith(".fifo")
     shown = location.url or location.name
-    async with get_session().create_client(
+    async with aws.session().create_client(
         "sqs", config=_SEND_CONFIG, **client_options(location, connection)
     ) as client:
         try:
