@@ -287,6 +287,7 @@ async def produce_to_runs(
 
             await wait_for(all_made, 60.0, f"the runs of message {number}")
             latencies += [(at.timestamp() - produced) * 1000 for _, at in runs]
+            print(number, sorted(round((at.timestamp() - produced) * 1000) for _, at in runs), file=sys.stderr)
             last = max(run_id for run_id, _ in runs)
             await anyio.sleep(args.message_gap_s)
     finally:
@@ -387,6 +388,7 @@ async def part_scale(
                 result["runs_measured"] = len(latencies)
                 result["produce_to_run_p50_ms"] = round(percentile(latencies, 50), 1)
                 result["produce_to_run_p99_ms"] = round(percentile(latencies, 99), 1)
+                result["produce_to_run_max_ms"] = round(max(latencies), 1)
             finally:
                 daemon.terminate()
                 with anyio.fail_after(120):

@@ -414,6 +414,28 @@ async def test_any_error_of_user_code_fails_only_its_pipeline(
     assert await harness.queued("flaky") == 1
 
 
+async def test_a_pass_makes_its_pipelines_runs_together_and_a_failing_one_fails_alone(
+    make_harness: Callable[[str], Awaitable[Harness]],
+) -> None:
+    """A pass evaluates its pipelines in one transaction; one whose user code raises rolls it
+    back, and each is evaluated again alone: the others' runs are made, its error recorded."""
+    harness = await make_harness(PARTITIONED)
+    await harness.emit("a", partition_key="2026-03-16")
+    await harness.emit("f")
+    harness.scheduler.wake(["broken", "by_key", "daily", "flaky"])
+
+    await harness.scheduler.run_once()
+
+    assert [len(await harness.runs(p)) for p in ("broken", "by_key", "daily", "flaky")] == [
+        0,
+        1,
+        1,
+        0,
+    ]
+    assert "KeyError" in ((await harness.row("broken")).error or "")
+    assert "flaky condition" in ((await harness.row("flaky")).error or "")
+
+
 async def test_an_unavailable_store_is_no_fault_of_the_pipeline(
     make_harness: Callable[[str], Awaitable[Harness]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

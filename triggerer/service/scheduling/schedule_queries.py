@@ -96,6 +96,9 @@ _ACTIVE_RUNS = (
 _PIPELINE_STATE = select(models.Pipeline.paused, models.Pipeline.error, _ACTIVE_RUNS).where(
     models.Pipeline.pipeline_id == bindparam("pipeline_id")
 )
+_PIPELINE_STATES = select(
+    models.Pipeline.pipeline_id, models.Pipeline.paused, models.Pipeline.error, _ACTIVE_RUNS
+).where(models.Pipeline.pipeline_id.in_(bindparam("keys", expanding=True)))
 
 
 def _with_queued_rows(key: Any, *match: ColumnElement[bool]) -> Select[Any]:
@@ -138,6 +141,14 @@ _DUE_CRON_TICKS = select(models.Pipeline.pipeline_id, models.Pipeline.next_cron_
 _NEXT_CRON_TICK = select(func.min(models.Pipeline.next_cron_at)).where(
     _ACTIVE_CRON, models.Pipeline.next_cron_at > bindparam("now")
 )
+
+
+async def pipeline_states(
+    session: AsyncSession, pipeline_ids: list[str]
+) -> dict[str, PipelineState]:
+    """:func:`pipeline_state` of each of ``pipeline_ids`` that has a row, in one statement."""
+    rows = await session.execute(_PIPELINE_STATES, {"keys": pipeline_ids})
+    return {pipeline_id: PipelineState(*state) for pipeline_id, *state in rows}
 
 
 async def pipeline_state(session: AsyncSession, pipeline_id: str) -> PipelineState:
@@ -204,8 +215,14 @@ async def _queued_keys(
 
 async def queued_rows(session: AsyncSession, pipeline_id: str) -> list[Queued]:
     """The queue rows of ``pipeline_id``, oldest first."""
+    return (await queued_rows_of(session, [pipeline_id])).get(pipeline_id, [])
+
+
+async def queued_rows_of(session: AsyncSession, pipeline_ids: list[str]) -> dict[str, list[Queued]]:
+    """The queue rows of each of ``pipeline_ids``, oldest first, in one statement."""
     statement = (
         select(
+            models.QueuedEvent.pipeline_id,
             models.QueuedEvent.id,
             models.QueuedEvent.event_id,
             models.QueuedEvent.asset_id,
@@ -215,14 +232,17 @@ async def queued_rows(session: AsyncSession, pipeline_id: str) -> list[Queued]:
             models.QueuedEvent.replay_id.is_not(None),
         )
         .join(models.AssetEvent, models.AssetEvent.id == models.QueuedEvent.event_id)
-        .where(models.QueuedEvent.pipeline_id == pipeline_id)
+        .where(models.QueuedEvent.pipeline_id.in_(pipeline_ids))
         .order_by(models.QueuedEvent.id)
     )
     if session.get_bind().dialect.name == "postgresql":
         # Rows another scheduler is consuming are skipped rather than waited for; the events
         # are read, not locked (other pipelines consume them too).
         statement = statement.with_for_update(skip_locked=True, of=models.QueuedEvent)
-    return [Queued(*row) for row in (await session.execute(statement)).all()]
+    rows: dict[str, list[Queued]] = defaultdict(list)
+    for row in await session.execute(statement):
+        rows[row[0]].append(Queued(*row[1:]))
+    return rows
 
 
 async def drop_queued(session: AsyncSession, row_ids: list[int]) -> None:
@@ -292,7 +312,7 @@ async def drop_foreign_rows(session: AsyncSession) -> int:
 
 async def due_cron_ticks(
     session: AsyncSession, now: datetime
-) -> tuple[Sequence[Row[str, datetime]], datetime | None]:
+) -> tuple[Sequence[Row[str, datetime | None]], datetime | None]:
     """The cron ticks due at ``now`` (pipeline id and tick), and the earliest tick after it:
     two index range reads, however many pipelines run on a cron."""
     due = (await session.execute(_DUE_CRON_TICKS, {"now": now})).all()
@@ -316,6 +336,17 @@ async def move_cron_tick(
     return count == 1
 
 
+class NewRun(NamedTuple):
+    """A run to insert: its pipeline, id, type and partition key, and the queue rows it
+    consumes."""
+
+    pipeline: Pipeline
+    run_id: str
+    run_type: RunType
+    partition_key: str | None
+    picked: list[Queued]
+
+
 async def insert_run(
     session: AsyncSession,
     pipeline: Pipeline,
@@ -324,43 +355,54 @@ async def insert_run(
     partition_key: str | None,
     picked: list[Queued],
 ) -> None:
-    """Insert a queued run of ``pipeline`` consuming the events of the ``picked`` queue rows,
-    and delete those rows; :class:`ConsumedElsewhere` when some are gone already."""
-    run_pk = await session.scalar(
-        insert(models.Run).returning(models.Run.id),
-        {
-            "run_id": run_id,
-            "pipeline_id": pipeline.pipeline_id,
-            "run_type": run_type,
-            "logical_date": None,
-            "partition_key": partition_key,
-            "state": RunState.QUEUED,
-            "try_number": 0,
-            "max_tries": pipeline.retries + 1,
-            "params": dict(pipeline.params),
-        },
-    )
-    if not picked:
+    """Insert one run: see :func:`insert_runs`."""
+    await insert_runs(session, [NewRun(pipeline, run_id, run_type, partition_key, picked)])
+
+
+async def insert_runs(session: AsyncSession, runs: list[NewRun]) -> None:
+    """Insert queued runs, each consuming the events of its picked queue rows, and delete those
+    rows: three statements however many runs; :class:`ConsumedElsewhere` when some rows are
+    gone already (another scheduler took them)."""
+    if not runs:
         return
-    await session.execute(
-        insert(models.RunEvent),
+    run_pks = await session.scalars(
+        insert(models.Run).returning(models.Run.id, sort_by_parameter_order=True),
         [
             {
-                "run_pk": run_pk,
-                "event_id": row.event_id,
-                "pipeline_id": pipeline.pipeline_id,
-                # An event a replay queued again may have been consumed already: its link
-                # stands outside the unique guard, as a re-run's (the replay's key holds it).
-                "rerun": row.replayed,
+                "run_id": run.run_id,
+                "pipeline_id": run.pipeline.pipeline_id,
+                "run_type": run.run_type,
+                "logical_date": None,
+                "partition_key": run.partition_key,
+                "state": RunState.QUEUED,
+                "try_number": 0,
+                "max_tries": run.pipeline.retries + 1,
+                "params": dict(run.pipeline.params),
             }
-            for row in picked
+            for run in runs
         ],
     )
+    links = [
+        {
+            "run_pk": run_pk,
+            "event_id": row.event_id,
+            "pipeline_id": run.pipeline.pipeline_id,
+            # An event a replay queued again may have been consumed already: its link
+            # stands outside the unique guard, as a re-run's (the replay's key holds it).
+            "rerun": row.replayed,
+        }
+        for run, run_pk in zip(runs, run_pks.all(), strict=True)
+        for row in run.picked
+    ]
+    if not links:
+        return
+    await session.execute(insert(models.RunEvent), links)
+    picked = [row.row_id for run in runs for row in run.picked]
     deleted = await session.execute(
-        delete(models.QueuedEvent).where(models.QueuedEvent.id.in_([row.row_id for row in picked]))
+        delete(models.QueuedEvent).where(models.QueuedEvent.id.in_(picked))
     )
     if deleted.rowcount != len(picked):  # type: ignore[attr-defined]  # CursorResult
-        raise ConsumedElsewhere(run_id)
+        raise ConsumedElsewhere(", ".join(run.run_id for run in runs))
 
 
 async def create_manual_run(

@@ -34,6 +34,8 @@ from triggerer.service import metrics
 from triggerer.service.scheduling.picking import Pick, Queued, describe, is_timed, pick_run
 from triggerer.service.scheduling.schedule_queries import (
     ConsumedElsewhere,
+    NewRun,
+    PipelineState,
     asset_run_id,
     assets_with_queued,
     compose_run_id,
@@ -42,11 +44,13 @@ from triggerer.service.scheduling.schedule_queries import (
     due_cron_ticks,
     failing_pipelines,
     insert_run,
+    insert_runs,
     members_of_aliases,
     move_cron_tick,
     pipeline_state,
+    pipeline_states,
     pipelines_with_queued,
-    queued_rows,
+    queued_rows_of,
     queued_schedule_assets,
     record_error,
 )
@@ -166,9 +170,7 @@ class Scheduler:
         worth.update(
             pipeline_id
             for pipeline_id in plain
-            if registry.pipelines[pipeline_id].condition.evaluate(  # type: ignore[union-attr]
-                _updated(present.get(pipeline_id, ()), registry, {})
-            )
+            if _may_hold(registry.pipelines[pipeline_id], present[pipeline_id], registry)
         )
         return worth
 
@@ -192,14 +194,9 @@ class Scheduler:
         if len(pipelines) == 1:
             await self.schedule(pipelines[0], registry)
             return
-        made: dict[str, list[str]] = {}
         try:
             async with self._sessions.begin() as session:
-                for pipeline in pipelines:
-                    self._due.pop(pipeline.pipeline_id, None)
-                    made[pipeline.pipeline_id] = await self._create_asset_runs(
-                        session, pipeline, registry
-                    )
+                made = await self._create_runs(session, pipelines, registry)
         # Whatever one of them raised: each is evaluated again alone, which records a fault
         # of its own on it, or lets an outage propagate.
         except Exception:  # noqa: BLE001
@@ -227,7 +224,7 @@ class Scheduler:
             while True:
                 try:
                     async with self._sessions.begin() as session:
-                        run_ids = await self._create_asset_runs(session, pipeline, registry)
+                        made = await self._create_runs(session, [pipeline], registry)
                     break
                 except (IntegrityError, ConsumedElsewhere):
                     log.info("run_creation_raced", pipeline_id=pipeline.pipeline_id)
@@ -240,30 +237,54 @@ class Scheduler:
                 pipeline.pipeline_id, f"evaluating its schedule failed: {describe(error)}", error
             )
             return 0
-        self._created({pipeline.pipeline_id: run_ids})
-        return len(run_ids)
+        self._created(made)
+        return len(made.get(pipeline.pipeline_id, ()))
 
-    async def _create_asset_runs(
-        self, session: AsyncSession, pipeline: Pipeline, registry: Registry
-    ) -> list[str]:
-        """The runs the queue of ``pipeline`` allows now, created in one transaction (the
-        queue read once, each run's rows taken out of what the next one may pick), after
-        dropping the queue rows time has taken out (expired, reset); when to look again
-        without a change is noted."""
-        paused, error, active_runs = await pipeline_state(session, pipeline.pipeline_id)
-        if pipeline.condition is None:
-            if pipeline.cron is None:
-                # Manual only: nothing to evaluate, so an error of an earlier schedule is gone.
-                await _report(session, pipeline.pipeline_id, error, None)
-            return []
-        # Paused or at max_active_runs: no run now, so its error (if any) stands; time still
-        # takes its expired and reset events out of the queue.
-        held = paused is not False or active_runs >= pipeline.max_active_runs
-        if held and not is_timed(pipeline, pipeline.condition):
-            return []
-        queue = await _queue_of(session, pipeline, pipeline.condition, registry)
+    async def _create_runs(
+        self, session: AsyncSession, pipelines: list[Pipeline], registry: Registry
+    ) -> dict[str, list[str]]:
+        """The runs the queues of ``pipelines`` allow now, by pipeline id, created in the
+        caller's transaction with a few statements for all of them: their states and queues
+        read once, each run's rows taken out of what its pipeline's next run may pick, the
+        runs inserted together. The queue rows time took out (expired, reset) are dropped, and
+        when to look again without a change is noted."""
+        states = await pipeline_states(session, [p.pipeline_id for p in pipelines])
+        looked: list[tuple[Pipeline, PipelineState, bool]] = []
+        for pipeline in pipelines:
+            state = states.get(pipeline.pipeline_id, PipelineState(None, None, 0))
+            if pipeline.condition is None:
+                if pipeline.cron is None:
+                    # Manual only: nothing to evaluate, so an error of an earlier schedule is
+                    # gone.
+                    await _report(session, pipeline.pipeline_id, state.error, None)
+                continue
+            # Paused or at max_active_runs: no run now, so its error (if any) stands; time
+            # still takes its expired and reset events out of the queue.
+            held = state.paused is not False or state.active_runs >= pipeline.max_active_runs
+            if not held or is_timed(pipeline, pipeline.condition):
+                looked.append((pipeline, state, held))
+        queues = await _queues_of(session, [pipeline for pipeline, _, _ in looked], registry)
+        runs: list[NewRun] = []
+        for pipeline, state, held in looked:
+            queue = queues.get(pipeline.pipeline_id)
+            runs += await self._picked_runs(session, pipeline, state, held, queue)
+        await insert_runs(session, runs)
+        made: dict[str, list[str]] = {}
+        for run in runs:
+            made.setdefault(run.pipeline.pipeline_id, []).append(run.run_id)
+        return made
+
+    async def _picked_runs(
+        self,
+        session: AsyncSession,
+        pipeline: Pipeline,
+        state: PipelineState,
+        held: bool,
+        queue: _Queue | None,
+    ) -> list[NewRun]:
+        """The runs ``queue`` allows ``pipeline`` now (none while ``held``), pick after pick."""
         pick = Pick() if queue is None else queue.pick(utcnow())
-        run_ids: list[str] = []
+        runs: list[NewRun] = []
         while True:
             await self._drop(session, pipeline.pipeline_id, pick)
             if pick.due is None:
@@ -273,23 +294,21 @@ class Scheduler:
             if held or queue is None or not pick.rows:
                 break
             run_id = asset_run_id(pipeline.pipeline_id, pick.rows)
-            await insert_run(
-                session, pipeline, run_id, RunType.ASSET, pick.partition_key, pick.rows
-            )
-            run_ids.append(run_id)
-            if active_runs + len(run_ids) >= pipeline.max_active_runs:
+            runs.append(NewRun(pipeline, run_id, RunType.ASSET, pick.partition_key, pick.rows))
+            if state.active_runs + len(runs) >= pipeline.max_active_runs:
                 break
             queue.taken(pick)
             try:
                 pick = queue.pick(utcnow())
-            # User code (a condition, a mapper) that fails after runs were made keeps those:
+            # User code (a condition, a mapper) that fails after runs were picked keeps those:
             # the pipeline is evaluated again on its own, where the failure is recorded.
             except Exception:  # noqa: BLE001
                 self._dirty.add(pipeline.pipeline_id)
                 break
         if not held and not pick.rows:  # it evaluated to the end: what stands in the way
-            await _report(session, pipeline.pipeline_id, error, "; ".join(pick.problems) or None)
-        return run_ids
+            problems = "; ".join(pick.problems) or None
+            await _report(session, pipeline.pipeline_id, state.error, problems)
+        return runs
 
     @staticmethod
     async def _drop(session: AsyncSession, pipeline_id: str, pick: Pick) -> None:
@@ -334,7 +353,7 @@ class Scheduler:
         made = False
         for pipeline_id, tick in due:
             pipeline = registry.pipelines.get(pipeline_id)
-            if pipeline is None or pipeline.cron is None:
+            if pipeline is None or pipeline.cron is None or tick is None:
                 continue
             try:
                 made |= await self._create_cron_run(pipeline, pipeline.cron, tick, now)
@@ -436,23 +455,62 @@ class _Queue:
         self.rows = [row for row in self.rows if row.row_id not in gone]
 
 
-async def _queue_of(
-    session: AsyncSession, pipeline: Pipeline, condition: BaseAsset, registry: Registry
-) -> _Queue | None:
-    """The queue of ``pipeline``, or ``None`` when its condition cannot hold over it."""
-    alias_members = await members_of_aliases(session, condition, registry)
-    # Cheap first: which assets have any queued event; a backlog waiting for another asset
-    # of an AND is not read again on every wake. Where time changes the queue (windows,
-    # resets, batches, debounce), its rows are read: they may expire or come due.
-    if not is_timed(pipeline, condition):
-        candidates = {registry.asset_ids[a] for a in condition.iter_assets()}
-        present = await assets_with_queued(
-            session, pipeline.pipeline_id, candidates | set(alias_members)
+async def _queues_of(
+    session: AsyncSession, pipelines: list[Pipeline], registry: Registry
+) -> dict[str, _Queue]:
+    """The queues of those ``pipelines`` whose condition can hold over them, read in one
+    statement. Cheap first: which assets have any queued event, so a backlog waiting for
+    another asset of an AND is not read again on every wake. Where time changes the queue
+    (windows, resets, batches, debounce) its rows are read: they may expire or come due."""
+    members = {}
+    plain, read = set(), []
+    for pipeline in pipelines:
+        condition = pipeline.condition
+        assert condition is not None  # noqa: S101 - the caller looks only at these
+        members[pipeline.pipeline_id] = await members_of_aliases(session, condition, registry)
+        if is_timed(pipeline, condition):
+            read.append(pipeline)
+        elif members[pipeline.pipeline_id] or any(condition.iter_aliases()):
+            # Through aliases: which of their members have queued events, for this one.
+            candidates = {registry.asset_ids[a] for a in condition.iter_assets()}
+            candidates |= set(members[pipeline.pipeline_id])
+            present = await assets_with_queued(session, pipeline.pipeline_id, candidates)
+            if condition.evaluate(_updated(present, registry, members[pipeline.pipeline_id])):
+                read.append(pipeline)
+        else:
+            plain.add(pipeline.pipeline_id)
+    queued = await queued_schedule_assets(session, plain)
+    read += [
+        pipeline
+        for pipeline in pipelines
+        if pipeline.pipeline_id in plain
+        and pipeline.condition is not None
+        and pipeline.condition.evaluate(
+            _updated(queued.get(pipeline.pipeline_id, ()), registry, {})
         )
-        if not condition.evaluate(_updated(present, registry, alias_members)):
-            return None
-    rows = await queued_rows(session, pipeline.pipeline_id)
-    return _Queue(pipeline, condition, rows, registry, alias_members)
+    ]
+    rows = await queued_rows_of(session, [pipeline.pipeline_id for pipeline in read])
+    return {
+        pipeline.pipeline_id: _Queue(
+            pipeline,
+            pipeline.condition,  # type: ignore[arg-type]  # checked above
+            rows.get(pipeline.pipeline_id, []),
+            registry,
+            members[pipeline.pipeline_id],
+        )
+        for pipeline in read
+    }
+
+
+def _may_hold(pipeline: Pipeline, queued: set[int], registry: Registry) -> bool:
+    """Whether the condition of ``pipeline`` may hold with events queued on the assets
+    ``queued``; a condition that raises (user code) may: its evaluation records the fault."""
+    try:
+        return pipeline.condition is not None and pipeline.condition.evaluate(
+            _updated(queued, registry, {})
+        )
+    except Exception:  # noqa: BLE001
+        return True
 
 
 def _updated(
