@@ -287,7 +287,6 @@ async def produce_to_runs(
 
             await wait_for(all_made, 60.0, f"the runs of message {number}")
             latencies += [(at.timestamp() - produced) * 1000 for _, at in runs]
-            print(number, sorted(round((at.timestamp() - produced) * 1000) for _, at in runs), file=sys.stderr)
             last = max(run_id for run_id, _ in runs)
             await anyio.sleep(args.message_gap_s)
     finally:
@@ -339,6 +338,9 @@ async def part_scale(
     api = f"http://127.0.0.1:{api_port}"
     result: dict[str, Any] = {"pipelines": count, "watchers": watchers, "backend": backend}
     env = {**os.environ, **DUMMY_AWS_ENV}
+    if args.daemon_path:  # another checkout's daemon, to compare with, run alongside
+        env["PYTHONPATH"] = str(args.daemon_path)
+        result["daemon_path"] = str(args.daemon_path)
     try:
         with database(backend, workdir, args.pg_url, "scale") as database_url:
             config = config_file(workdir, database_url, api_port)
@@ -393,7 +395,8 @@ async def part_scale(
                 daemon.terminate()
                 with anyio.fail_after(120):
                     await daemon.wait()
-            result["sweep_ms"] = await sweep_ms(database_url, folder)
+            if not args.daemon_path:  # this checkout's scheduler, in this process
+                result["sweep_ms"] = await sweep_ms(database_url, folder)
         idle_topics = [topic for topic in kafka_topics if topic != f"{prefix}-{HOT}"]
         floor = await kafka_floor_percent(
             args.bootstrap, idle_topics, f"{prefix}-{HOT}", args.idle_seconds
@@ -408,6 +411,12 @@ async def part_scale(
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pg-url", default="postgresql://postgres@127.0.0.1:5432/postgres", help="PostgreSQL"
+    )
+    parser.add_argument(
+        "--daemon-path",
+        type=Path,
+        help="run the daemon of this checkout (its PYTHONPATH), e.g. a worktree of the last "
+        "landed version, to compare with",
     )
 
 
