@@ -53,14 +53,18 @@ class Lineage(View):
 
 
 async def lineage(session: AsyncSession) -> Lineage:
-    """The whole graph of the definitions the daemon synced."""
-    assets = await session.scalars(select(models.Asset).order_by(models.Asset.id))
+    """The whole graph of the definitions the daemon synced. Columns, not ORM objects, are
+    read: with 10,000 pipelines the objects alone cost the request most of a second."""
+    asset = models.Asset
+    assets = await session.execute(select(asset.id, asset.name, asset.uri).order_by(asset.id))
     nodes = [
-        Node(id=f"asset:{row.id}", kind="asset", name=row.name, uri=row.uri) for row in assets.all()
+        Node(id=f"asset:{asset_id}", kind="asset", name=name, uri=uri)
+        for asset_id, name, uri in assets.all()
     ]
-    aliases = await session.scalars(select(models.AssetAlias).order_by(models.AssetAlias.id))
+    alias = models.AssetAlias
+    aliases = await session.execute(select(alias.id, alias.name).order_by(alias.id))
     nodes.extend(
-        Node(id=f"alias:{alias.id}", kind="alias", name=alias.name) for alias in aliases.all()
+        Node(id=f"alias:{alias_id}", kind="alias", name=name) for alias_id, name in aliases.all()
     )
     edges: list[Edge] = []
     watchers = await session.execute(
@@ -81,18 +85,27 @@ async def lineage(session: AsyncSession) -> Lineage:
             )
         )
         edges.append(Edge(source=watcher, target=f"asset:{asset_id}", kind="feeds"))
-    pipelines = await session.scalars(select(models.Pipeline).order_by(models.Pipeline.pipeline_id))
+    pipeline = models.Pipeline
+    pipelines = await session.execute(
+        select(
+            pipeline.pipeline_id,
+            pipeline.schedule_text,
+            pipeline.schedule,
+            pipeline.paused,
+            pipeline.is_active,
+        ).order_by(pipeline.pipeline_id)
+    )
     nodes.extend(
         Node(
-            id=f"pipeline:{pipeline.pipeline_id}",
+            id=f"pipeline:{pipeline_id}",
             kind="pipeline",
-            name=pipeline.pipeline_id,
-            schedule=pipeline.schedule_text,
-            condition=condition_of(pipeline.schedule.get("schedule")),
-            paused=pipeline.paused,
-            active=pipeline.is_active,
+            name=pipeline_id,
+            schedule=schedule_text,
+            condition=condition_of(schedule.get("schedule")),
+            paused=paused,
+            active=active,
         )
-        for pipeline in pipelines.all()
+        for pipeline_id, schedule_text, schedule, paused, active in pipelines.all()
     )
     asset_ref, alias_ref = models.PipelineAssetRef, models.PipelineAliasRef
     for pipeline_column, ref_column, role_column, kind in (
