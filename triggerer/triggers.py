@@ -50,6 +50,11 @@ class TriggerEvent:
     (:attr:`is_checkpoint_only`): the daemon stores its position like any other, and it never
     becomes an event or a dead letter. A trigger yields one to move its place past messages
     that make no event (all filtered out), or to keep a place of its own (when it started).
+
+    ``fence``, ``(lease name, tenure)``, is the lease of the part the event was read from, for a
+    source whose parts several daemons share (:mod:`triggerer.part_leases`): the daemon stores
+    the event, and its checkpoint, only while it still holds that lease as it did when it took
+    the part; else it drops them, and the part's new holder reads them again.
     """
 
     payload: Any
@@ -59,6 +64,7 @@ class TriggerEvent:
     sent_at: float | None = dataclasses.field(default=None, kw_only=True)
     dead_letter: str | None = dataclasses.field(default=None, kw_only=True)
     checkpoint: tuple[str, str] | None = dataclasses.field(default=None, kw_only=True)
+    fence: tuple[str, str] | None = dataclasses.field(default=None, kw_only=True)
     is_checkpoint_only: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -77,6 +83,7 @@ class TriggerEvent:
         sent_at: float | None = None,
         dead_letter: str | None = None,
         checkpoint: tuple[str, str] | None = None,
+        fence: tuple[str, str] | None = None,
     ) -> TriggerEvent:
         """An event whose payload holds only values decoded from JSON text, so is not checked.
 
@@ -92,14 +99,17 @@ class TriggerEvent:
         set_field(event, "sent_at", sent_at)
         set_field(event, "dead_letter", dead_letter)
         set_field(event, "checkpoint", checkpoint)
+        set_field(event, "fence", fence)
         set_field(event, "is_checkpoint_only", False)
         return event
 
     @classmethod
-    def checkpoint_only(cls, key: str, position: str) -> TriggerEvent:
+    def checkpoint_only(
+        cls, key: str, position: str, *, fence: tuple[str, str] | None = None
+    ) -> TriggerEvent:
         """Not an event: only the checkpoint ``(key, position)``, stored by the daemon in a
-        batch's transaction as an event's would be (no payload, no ack)."""
-        event = cls(None, checkpoint=(key, position))
+        batch's transaction as an event's would be (no payload, no ack), under ``fence``."""
+        event = cls(None, checkpoint=(key, position), fence=fence)
         object.__setattr__(event, "is_checkpoint_only", True)  # not an argument of __init__
         return event
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -152,6 +152,10 @@ class ShardReader:
     without a position, a child found by a reshard included, is read from its start
     (TRIM_HORIZON); with ``start`` LATEST, from ``started_at_ms`` on (AT_TIMESTAMP), so what
     came while the reader was stopped is read, and nothing from before its first start.
+
+    Where several daemons share the stream, the reader reads only the shards it :attr:`held`
+    (:meth:`share`, called by :attr:`on_round` at the start of each round of reads), and the
+    shards stored as read to their end by any of them count as finished here too.
     """
 
     def __init__(
@@ -184,24 +188,78 @@ class ShardReader:
         self.millis_behind: dict[str, int] = {}
         #: Called at each answer of GetRecords, records or none.
         self.on_answer: Callable[[], None] = lambda: None
+        #: Awaited at the start of each round of reads, once the shards are listed.
+        self.on_round: Callable[[], Awaitable[None]] = _nothing
+        #: The shards this reader may read (the others are other readers'); ``None``: all.
+        self.held: set[str] | None = None
+        # Shards stored as read to their end (by this reader or another).
+        self._ended: set[str] = set()
+        # Shards this reader held, then lost: read again from their stored position if held again.
+        self._lost: set[str] = set()
+        # Shards finished since the last of them was yielded.
+        self._finished: list[str] = []
 
     def readable(self) -> list[Shard]:
-        """The shards to read now: not finished, their parents (those listed) finished."""
+        """The shards to read now: held, not finished, their parents (those listed) finished."""
         return [
             shard
             for shard_id, shard in sorted(self.shards.items())
             if not shard.finished
+            and (self.held is None or shard_id in self.held)
             and all(
                 parent not in self.shards or self.shards[parent].finished
                 for parent in shard.parents
             )
         ]
 
+    def to_share(self, ended: Collection[str]) -> list[str]:
+        """The shards to be read now by one reader or another, the shards ``ended`` being
+        stored as read to their end: not ended, their parents (those listed) finished here or
+        ended. A shard finished here but not yet stored as ended stays among them, so that its
+        reader keeps it until its last records are stored."""
+        done = set(ended) | {shard_id for shard_id, shard in self.shards.items() if shard.finished}
+        return [
+            shard_id
+            for shard_id, shard in sorted(self.shards.items())
+            if shard_id not in ended
+            and all(parent not in self.shards or parent in done for parent in shard.parents)
+        ]
+
+    def share(
+        self, held: Collection[str], positions: Mapping[str, str], ended: Collection[str]
+    ) -> None:
+        """Read only the shards ``held`` from now on; ``positions`` are the stored positions
+        now, ``ended`` the shards stored as read to their end. A shard newly held reads on
+        from its stored position (another reader may have moved it); one no longer held keeps
+        no iterator."""
+        self._positions.update(positions)
+        self._ended = set(ended)
+        before = self.held
+        for shard_id, shard in self.shards.items():
+            if shard_id in self._ended:
+                shard.finished = True
+            elif shard_id in held and (before is None or shard_id not in before):
+                shard.after, shard.iterator = positions.get(shard_id), None
+                if shard_id in self._lost:  # what it read then may not have been stored
+                    shard.finished = False
+                elif shard.finished:  # skipped here, and its end not stored yet
+                    self._finished.append(shard_id)
+            elif shard_id not in held and before is not None and shard_id in before:
+                self._lost.add(shard_id)
+                shard.iterator = None
+                self.millis_behind.pop(shard_id, None)
+        self.held = set(held)
+
     async def records(self) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
-        """``(shard id, records)`` of each answer that has records, until cancelled."""
+        """``(shard id, records)`` of each answer that has records, and ``(shard id, [])``
+        when a shard is finished (read to its end or gone; or skipped, once held), until
+        cancelled."""
         while True:
             if self._clock() >= self._relist_at:
                 await self.list_shards()
+            await self.on_round()
+            while self._finished:
+                yield self._finished.pop(0), []
             got_records = False
             waits = []
             for shard in self.readable():
@@ -213,6 +271,8 @@ class ShardReader:
                 if records:
                     got_records = True
                     yield shard.shard_id, records
+                while self._finished:
+                    yield self._finished.pop(0), []
             if not got_records:
                 await anyio.sleep(min([self._idle_s, *waits]))
 
@@ -253,7 +313,9 @@ class ShardReader:
 
     def _add(self, shard_id: str, parents: tuple[str, ...], *, first: bool, closed: bool) -> None:
         shard = Shard(shard_id, parents, after=self._positions.get(shard_id))
-        if first and not self._positions and self._started_at_ms is None:
+        if shard_id in self._ended:
+            shard.finished = True
+        elif first and not self._positions and self._started_at_ms is None:
             shard.start = self._start
             # Nothing new comes to a closed shard: reading from the latest is reading nothing.
             shard.finished = closed and self._start == "LATEST"
@@ -306,6 +368,7 @@ class ShardReader:
     def _finish(self, shard: Shard, children: list[dict[str, Any]]) -> None:
         """``shard`` is closed and read to its end: its children may be read."""
         shard.finished = True
+        self._finished.append(shard.shard_id)
         self.millis_behind.pop(shard.shard_id, None)
         for child in children:
             if child["ShardId"] not in self.shards:
@@ -350,3 +413,7 @@ class ShardReader:
             raise
         iterator: str | None = answer.get("ShardIterator")
         return iterator
+
+
+async def _nothing() -> None:
+    return None

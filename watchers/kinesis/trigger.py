@@ -21,16 +21,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 
-from triggerer import checkpoints
 from triggerer.backoff import backoff_s
 from triggerer.providers import Provider
 from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, WatchedAsset
 from watchers.first_start import STARTED, first_start
+from watchers.kinesis.sharing import ENDED, ENDED_MARK, ShardSharing, stored_state
 from watchers.payloads import decode_body
 from watchers.processing import Processing, check_range
 from watchers.uris import split_uri
 
 if TYPE_CHECKING:
+    from triggerer.part_leases import Fence
     from watchers.kinesis.reader import KinesisClient
 
 log = structlog.get_logger(__name__)
@@ -111,9 +112,10 @@ class KinesisTrigger(BaseEventTrigger):
     followed (a parent read to its end before its children), as are expired iterators and
     throttling. Credentials, region and endpoint may come from the named ``connection``.
 
-    The trigger is not shareable: one daemon instance reads the whole stream, under the
-    trigger's lease. ``lag`` stays unknown (Kinesis tells how far behind in time a reader is,
-    not in records: see :attr:`millis_behind_latest`).
+    The trigger is shareable: every daemon on one store runs it, and they share the shards out,
+    each shard read by one daemon under a lease of its own (:mod:`watchers.kinesis.sharing`),
+    moved to another when its daemon stops or dies. ``lag`` stays unknown (Kinesis tells how
+    far behind in time a reader is, not in records: see :attr:`millis_behind_latest`).
     """
 
     stream: str
@@ -140,7 +142,7 @@ class KinesisTrigger(BaseEventTrigger):
     failed: int = dataclasses.field(default=0, init=False)
     dead_lettered: int = dataclasses.field(default=0, init=False)
 
-    shareable = False
+    shareable = True
 
     def __post_init__(self) -> None:
         check_stream_name(self.stream, self.stream)
@@ -165,6 +167,7 @@ class KinesisTrigger(BaseEventTrigger):
             partition_key_path=self.partition_key_path,
         )
         self._millis_behind: dict[str, int] = {}
+        self._sharing: ShardSharing | None = None
 
     @property
     def application(self) -> str:
@@ -211,13 +214,7 @@ class KinesisTrigger(BaseEventTrigger):
         try:
             await client.connect(self.region_name, self.endpoint_url, self.connection)
             await self._check_stream(client)
-            stored = await checkpoints.stored_positions(prefix)
-            positions = {
-                key.removeprefix(prefix): position
-                for key, position in stored.items()
-                if "/" not in key.removeprefix(prefix)
-            }
-            positions.pop(STARTED, None)
+            positions, _ = await stored_state(prefix)
             reader = ShardReader(
                 client,
                 self.stream,
@@ -230,6 +227,7 @@ class KinesisTrigger(BaseEventTrigger):
             )
             self._millis_behind = reader.millis_behind
             reader.on_answer = self.polled
+            self._sharing = sharing = ShardSharing(reader, prefix, self.stream)
             log.info(
                 "kinesis_reading",
                 stream=self.stream,
@@ -237,18 +235,31 @@ class KinesisTrigger(BaseEventTrigger):
                 stored_positions=len(positions),
             )
             async for shard_id, records in reader.records():
+                fence = sharing.fences.get(shard_id)
+                if not records:  # read to its end: its children may be read, here or elsewhere
+                    yield TriggerEvent.checkpoint_only(
+                        prefix + shard_id + ENDED, ENDED_MARK, fence=fence
+                    )
+                    continue
                 event = None
                 for record in records:
                     self.records += 1
-                    event = await self._event(record, shard_id, prefix + shard_id)
+                    event = await self._event(record, shard_id, prefix + shard_id, fence)
                     if event is not None:
                         yield event
                 if event is None:  # the read ends with records filtered out: past them too
                     yield TriggerEvent.checkpoint_only(
-                        prefix + shard_id, records[-1]["SequenceNumber"]
+                        prefix + shard_id, records[-1]["SequenceNumber"], fence=fence
                     )
         finally:
             await client.aclose()
+
+    async def cleanup(self) -> None:
+        """Give the shards up: called once the events read are stored (on a stop, after the
+        drain), so the other daemons take them at once and read on from there."""
+        if self._sharing is not None:
+            sharing, self._sharing = self._sharing, None
+            await sharing.release()
 
     async def _check_stream(self, client: KinesisClient) -> None:
         """A stream that does not exist is the watcher's error, naming it and the endpoint."""
@@ -268,7 +279,7 @@ class KinesisTrigger(BaseEventTrigger):
         client.retrying = True
 
     async def _event(
-        self, record: dict[str, Any], shard_id: str, checkpoint_key: str
+        self, record: dict[str, Any], shard_id: str, checkpoint_key: str, fence: Fence | None
     ) -> TriggerEvent | None:
         """The event of ``record``, its dead letter, or ``None`` when it is filtered out."""
         sequence = record["SequenceNumber"]
@@ -278,6 +289,7 @@ class KinesisTrigger(BaseEventTrigger):
             "dedup_key": f"{self.stream}/{shard_id}/{sequence}",
             "sent_at": arrival,
             "checkpoint": (checkpoint_key, sequence),
+            "fence": fence,
         }
         attempt = 0
         while True:

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import structlog
@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service import metrics
+from triggerer.service.daemon.part_leases import lost_fences
 from triggerer.service.dead_letters import (
     Unstorable,
     record_dead_letters,
@@ -28,6 +29,9 @@ from triggerer.service.store.source_checkpoints import furthest, record_checkpoi
 from triggerer.service.store.states import EventSource
 from triggerer.service.store.types import utcnow
 from triggerer.triggers import TriggerEvent
+
+if TYPE_CHECKING:
+    from triggerer.part_leases import Fence
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +68,13 @@ class Ingest:
     reason, once a batch fails (an error that is not the store's: a bug), the batches after it
     store no position of its keys, though they store their events. A checkpoint that carries
     nothing else (``TriggerEvent.checkpoint_only``) only moves its position.
+
+    An event read from a part of a source that several daemons share (a Kinesis shard, under
+    a part lease: ``TriggerEvent.fence``) is stored only while this daemon (``owner``) still
+    holds that lease as it did when it took the part, checked in each transaction that stores
+    it (:func:`triggerer.service.daemon.part_leases.lost_fences`): when the part was taken over
+    or given up meanwhile, the batch is written again without the events of that part, nor
+    their positions, and the part's new holder reads them again from its stored position.
     """
 
     def __init__(
@@ -74,8 +85,10 @@ class Ingest:
         batch_size: int,
         commits_in_flight: int = 1,
         on_stored: Callable[[list[int]], None] = lambda trigger_ids: None,
+        owner: str = "",
     ) -> None:
         self._sessions = sessions
+        self._owner = owner
         self._on_recorded = on_recorded
         #: Told the trigger id of each delivery once its batch is stored (backpressure).
         self._on_stored = on_stored
@@ -121,7 +134,7 @@ class Ingest:
                 }
                 if commit.unstored:
                     log.error("checkpoints_withheld", keys=sorted(commit.unstored))
-                await self._commit(batch, withheld=commit.unstored)
+                stored = await self._commit_fenced(batch, withheld=commit.unstored)
                 commit.succeeded = True
                 self._on_stored(
                     [w.trigger_id for w, event in batch if not event.is_checkpoint_only]
@@ -133,13 +146,31 @@ class Ingest:
                     if last is commit and not commit.unstored_of(key):
                         del self._committed[key]
             try:
-                await _ack(batch)
+                await _ack(stored)
             finally:
                 self._commit_slots.release()
 
+    async def _commit_fenced(self, batch: list[Delivery], *, withheld: set[str]) -> list[Delivery]:
+        """Store ``batch`` but the events of the parts whose lease was lost; what was stored."""
+        while True:
+            try:
+                await self._commit(batch, withheld=withheld)
+            except _Fenced as fenced:
+                batch = [delivery for delivery in batch if delivery[1].fence not in fenced.lost]
+                log.warning(
+                    "events_fenced",
+                    leases=sorted(name for name, _ in fenced.lost),
+                    remaining=len(batch),
+                )
+            else:
+                return batch
+
     async def _commit(self, batch: list[Delivery], *, withheld: set[str]) -> None:
         """Store ``batch``: its events, dead letters and positions, but none of the positions
-        of the keys ``withheld``."""
+        of the keys ``withheld``; raise :class:`_Fenced` (having stored nothing, or only parts
+        that a next try absorbs) when the lease of a part some of its events were read from is
+        lost."""
+        fences = frozenset(event.fence for _, event in batch if event.fence)
         started = anyio.current_time()
         storable: list[NewEvent] = []
         letters: list[Unstorable] = []
@@ -171,15 +202,15 @@ class Ingest:
             functools.partial(record_checkpoints, positions=positions) if positions else None
         )
         written, rejected, whole = await self._write_bisecting(
-            _record, storable, also=None if letters else pending
+            _record, storable, also=None if letters else pending, fences=fences
         )
         if whole:
             pending = None
         letters += [Unstorable(event, reason) for event, reason in rejected]
-        if letters and await self._dead_letter(letters, also=pending):
+        if letters and await self._dead_letter(letters, also=pending, fences=fences):
             pending = None
         if pending is not None:
-            await self._record_positions(pending, positions)
+            await self._record_positions(pending, positions, fences)
         metrics.committed(
             [event.sent_at for _, event in batch if not event.is_checkpoint_only],
             anyio.current_time() - started,
@@ -193,16 +224,20 @@ class Ingest:
                 )
             self._on_recorded(part)
 
-    async def _record_positions(self, write: _Also, positions: dict[str, str]) -> None:
+    async def _record_positions(
+        self, write: _Also, positions: dict[str, str], fences: frozenset[Fence]
+    ) -> None:
         async def record(session: AsyncSession, _: list[None]) -> None:
             await write(session)
 
         try:
-            await self._write(record, [])
+            await self._write(record, [], fences=fences)
         except DBAPIError as error:  # checked when made, so not expected: the source rereads
             log.error("checkpoints_rejected", positions=positions, error=rejection_reason(error))
 
-    async def _dead_letter(self, letters: list[Unstorable], *, also: _Also | None) -> bool:
+    async def _dead_letter(
+        self, letters: list[Unstorable], *, also: _Also | None, fences: frozenset[Fence]
+    ) -> bool:
         """Store ``letters`` (with ``also`` in their transaction when they fit in one: then
         True)."""
         for letter in letters:
@@ -213,7 +248,9 @@ class Ingest:
                 dedup_key=letter.event.dedup_key,
                 reason=letter.reason,
             )
-        inserted, lost, whole = await self._write_bisecting(record_dead_letters, letters, also=also)
+        inserted, lost, whole = await self._write_bisecting(
+            record_dead_letters, letters, also=also, fences=fences
+        )
         self.dead_letters += sum(inserted)
         metrics.DEAD_LETTERS.inc(sum(inserted))
         for letter, error in lost:
@@ -237,6 +274,7 @@ class Ingest:
         items: list[_Item],
         *,
         also: _Also | None = None,
+        fences: frozenset[Fence] = frozenset(),
     ) -> tuple[list[_Written], list[tuple[_Item, str]], bool]:
         """Write ``items`` in one transaction; when the store rejects their data, write each
         half on its own, down to the single items it rejects.
@@ -253,7 +291,11 @@ class Ingest:
         while parts:
             part = parts.pop()
             try:
-                written.append(await self._write(write, part, also=also if part is items else None))
+                written.append(
+                    await self._write(
+                        write, part, also=also if part is items else None, fences=fences
+                    )
+                )
                 whole = whole or (also is not None and part is items)
             except DBAPIError as error:  # a rejection: _write retries the other errors
                 if len(part) == 1:
@@ -269,19 +311,30 @@ class Ingest:
         items: list[_Item],
         *,
         also: _Also | None = None,
+        fences: frozenset[Fence] = frozenset(),
     ) -> _Written:
         """Commit ``write(session, items)`` (then ``also(session)``, in the same transaction),
         retrying with backoff until the store answers; its rejection of the data is raised (the
-        caller splits the batch)."""
+        caller splits the batch), as is :class:`_Fenced` when a lease of ``fences`` is lost."""
 
         async def once() -> _Written:
             async with self._sessions.begin() as session:
+                if fences and (lost := await lost_fences(session, fences, self._owner)):
+                    raise _Fenced(lost)
                 result = await write(session, items)
                 if also is not None:
                     await also(session)
                 return result
 
         return await until_stored(once, during="ingest")
+
+
+class _Fenced(Exception):
+    """The leases ``lost`` of parts some events of a batch were read from are no longer held."""
+
+    def __init__(self, lost: set[Fence]) -> None:
+        super().__init__(sorted(lost))
+        self.lost = lost
 
 
 @dataclasses.dataclass(eq=False)

@@ -27,6 +27,11 @@ class Leases:
         self._ttl = timedelta(seconds=ttl_s)
         self.held: set[str] = set()
 
+    @property
+    def owner(self) -> str:
+        """The instance whose leases these are."""
+        return self._owner
+
     async def claim(self, name: str) -> bool:
         """Take or renew ``name``; False while another live instance holds it."""
         now = utcnow()

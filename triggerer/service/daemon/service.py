@@ -25,7 +25,7 @@ from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from triggerer import checkpoints
+from triggerer import checkpoints, part_leases
 from triggerer.service import metrics
 from triggerer.service.config import ConfigError
 from triggerer.service.daemon.backpressure import Backpressure
@@ -33,6 +33,7 @@ from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.lag_samples import LagSampler
 from triggerer.service.daemon.leases import Leases
 from triggerer.service.daemon.notifier import Notifier
+from triggerer.service.daemon.part_leases import StoredPartLeases
 from triggerer.service.daemon.retention import Retention
 from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus
 from triggerer.service.daemon.wakeups import listen
@@ -85,6 +86,17 @@ class Service:
         # Triggers of sources without acks (Kinesis) read their stored positions from here.
         checkpoints.read_from(source_checkpoints.reader(sessions))
         self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.leases = Leases(sessions, self.instance_id, ttl_s=settings.daemon.dead_after_s)
+        # Shareable triggers of sources with parts (Kinesis shards) spread them over the
+        # instances running them with leases of their parts, renewed with the others.
+        part_leases.lease_with(
+            StoredPartLeases(
+                sessions,
+                self.leases,
+                interval_s=settings.daemon.heartbeat_interval_s,
+                ttl_s=settings.daemon.dead_after_s,
+            )
+        )
         self.registry = Registry({}, {}, {}, {}, {})
         # Imported again file by file: a reload imports the files that changed.
         self.folder = PipelinesFolder(Path(settings.pipelines.dir))
@@ -98,6 +110,7 @@ class Service:
             batch_size=settings.daemon.ingest_batch_size,
             commits_in_flight=_commits_in_flight(settings.database.url),
             on_stored=self.backpressure.committed,
+            owner=self.instance_id,
         )
         # Local mode: one warm Spark Connect server, which every run uses.
         self.spark_server = (
@@ -127,7 +140,6 @@ class Service:
             lambda: self.registry.assets,
             max_pending_events=settings.listeners.max_pending_events,
         )
-        self.leases = Leases(sessions, self.instance_id, ttl_s=settings.daemon.dead_after_s)
         self.retention = Retention(
             sessions, settings.retention, Path(settings.spark.logs_dir), self.leases
         )
