@@ -23,7 +23,9 @@ import socket
 import threading
 import urllib.parse
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -31,7 +33,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tests.e2e.daemon import event_count, wait_for, write_pipelines
+from tests.e2e.daemon import DaemonProcess, event_count, wait_for, write_pipelines
 from tests.e2e.providers.contract import (
     Broker,
     PrivateBroker,
@@ -45,7 +47,7 @@ from tests.e2e.providers.contract import (
     watching,
 )
 from tests.fixtures.kinesis import create_stream
-from triggerer.service.store.models import SourceCheckpoint
+from triggerer.service.store.models import Lease, SourceCheckpoint
 from watchers.kinesis import send
 
 
@@ -239,3 +241,99 @@ async def test_latest_on_a_stream_created_while_the_daemon_is_down_reads_its_fir
         events = await settled_events(process, database_url)
     assert f"Kinesis stream {stream!r} does not exist" in error
     assert numbers(events) == [1, 2]
+
+
+SHARED_SHARDS = 4
+
+
+async def _shard_holders(session: AsyncSession) -> dict[str, str]:
+    """By shard lease (``kinesis/<stream>/<application>/<shard id>``), the instance holding it."""
+    rows = await session.execute(
+        select(Lease.name, Lease.owner).where(
+            Lease.name.startswith("kinesis/"), Lease.name.not_like("%@member/%")
+        )
+    )
+    return {name.rsplit("/", 1)[1]: owner for name, owner in rows}
+
+
+def _by_pid(holders: dict[str, str]) -> Counter[int]:
+    """How many shards each process holds (an instance id is ``host:pid:nonce``)."""
+    return Counter(int(owner.split(":")[-2]) for owner in holders.values())
+
+
+def _pid(process: DaemonProcess) -> int:
+    assert process.process is not None
+    return process.process.pid
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("db_backend", ["postgresql"], indirect=True)
+async def test_two_daemons_share_the_shards_and_move_them_on_a_kill_9_and_a_stop(
+    moto_server: str, tmp_path: Path, database_url: str
+) -> None:
+    """Two ``triggerer run`` on one PostgreSQL read a 4-shard stream, two shards each, under a
+    lease per shard. One is killed (-9) while records flow: once its leases expire the other
+    takes its shards and reads on from their stored positions. It starts again and gets two
+    shards back; then the other is stopped (SIGTERM): it gives its shards up, taken at once.
+    Every record is one event."""
+    from aiobotocore.session import get_session
+
+    stream = f"stream-{uuid.uuid4().hex[:12]}"
+    async with get_session().create_client("kinesis", endpoint_url=moto_server) as client:
+        await create_stream(client, stream, shards=SHARED_SHARDS)
+    uri = f"kinesis://{stream}?endpoint_url={moto_server}&region=us-east-1"
+    source = Source(uri=uri, send=lambda bodies: send(uri, list(bodies)))
+    write_pipelines(tmp_path / "pipelines", watching(source, poll_interval_s=0.2))
+    first = daemon(tmp_path, database_url, source)
+    config = Path(first.arguments[2])
+    with first, DaemonProcess(first.env, tmp_path / "daemon-2.log", config) as second:
+        first.start()
+        second.start()
+        await first.wait_logged("pipelines_loaded")
+        await second.wait_logged("pipelines_loaded")
+        holders = await wait_for(
+            database_url,
+            _shard_holders,
+            lambda held: sorted(_by_pid(held).values()) == [2, 2] and len(held) == 4,
+            timeout_s=60,
+        )
+        assert set(_by_pid(holders)) == {_pid(first), _pid(second)}
+        await send_numbered(source, 0, 200, batch=20)
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 200)
+
+        # kill -9 while records flow: its shards move once its leases expire.
+        killed = _pid(second)
+        async with anyio.create_task_group() as group:
+            group.start_soon(partial(send_numbered, source, 200, 400, batch=10))
+            await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 220)
+            second.signal(signal.SIGKILL)
+            assert await second.wait(30) == -signal.SIGKILL
+        moved = await wait_for(
+            database_url, _shard_holders, lambda held: _by_pid(held) == {_pid(first): 4}
+        )
+        assert killed not in _by_pid(moved)
+        await send_numbered(source, 400, 500, batch=20)
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 500)
+
+        # It starts again and gets its share back; the other stops cleanly and hands over.
+        second.start()
+        await wait_for(
+            database_url,
+            _shard_holders,
+            lambda held: sorted(_by_pid(held).values()) == [2, 2] and len(held) == 4,
+            timeout_s=60,
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(partial(send_numbered, source, 500, 700, batch=10))
+            await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 520)
+            first.signal(signal.SIGTERM)
+            assert await first.wait(60) == 0, first.tail()
+        await wait_for(
+            database_url, _shard_holders, lambda held: _by_pid(held) == {_pid(second): 4}
+        )
+        await send_numbered(source, 700, 800, batch=20)
+        await wait_for(database_url, lambda s: event_count(s, "stream"), lambda n: n >= 800)
+        events = await settled_events(second, database_url)
+        log_text = (tmp_path / "daemon-2.log").read_text()
+    assert numbers(events) == list(range(800))
+    assert '"kinesis_shards_held"' in log_text
