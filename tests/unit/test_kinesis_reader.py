@@ -273,6 +273,68 @@ async def test_trim_horizon_reads_a_shard_without_position_from_its_start_whenev
     assert got == [(S(0), "1"), (S(0), "6")]
 
 
+async def answers(shard_reader: ShardReader, count: int) -> list[tuple[str, str | None]]:
+    """The first ``count`` of what the reader yields: ``(shard, sequence number)`` of each
+    record, ``(shard, None)`` at the end of a shard."""
+    got: list[tuple[str, str | None]] = []
+    with anyio.fail_after(10):
+        async for shard_id, records in shard_reader.records():
+            got += [(shard_id, record["SequenceNumber"]) for record in records] or [
+                (shard_id, None)
+            ]
+            if len(got) >= count:
+                return got
+    raise AssertionError("unreachable")
+
+
+async def test_a_reader_reads_only_the_shards_it_holds() -> None:
+    fake = FakeKinesis({S(0): FakeShard(["1", "2"]), S(1): FakeShard(["10", "11", "12"])})
+    shard_reader = reader(fake)
+    await shard_reader.list_shards()
+    shard_reader.share({S(0)}, {}, ())
+    assert await read(shard_reader, 2) == [(S(0), "1"), (S(0), "2")]
+    # Shard 1 is newly held: read on from its position as stored now (another reader's).
+    shard_reader.share({S(1)}, {S(1): "10"}, ())
+    assert await read(shard_reader, 2) == [(S(1), "11"), (S(1), "12")]
+
+
+async def test_a_shard_lost_then_held_again_reads_on_from_its_stored_position() -> None:
+    """What it read before losing it may not have been stored (its events fenced off)."""
+    fake = FakeKinesis({S(0): FakeShard(["1", "2", "3"])})
+    shard_reader = reader(fake)
+    await shard_reader.list_shards()
+    shard_reader.share({S(0)}, {}, ())
+    assert await read(shard_reader, 3) == [(S(0), "1"), (S(0), "2"), (S(0), "3")]
+    shard_reader.share(set(), {}, ())
+    shard_reader.share({S(0)}, {S(0): "1"}, ())
+    assert await read(shard_reader, 2) == [(S(0), "2"), (S(0), "3")]
+
+
+async def test_a_split_shard_read_by_one_reader_gives_its_children_to_any_once_ended() -> None:
+    """Reader a holds the parent, b another shard. a reads the parent to its end (and says so:
+    the trigger stores that end) and offers the children at once; b offers them only once the
+    end is stored, and reads them from their start."""
+    shards = {
+        S(0): FakeShard(["1", "2"], children=(S(1), S(2)), closed=True),
+        S(1): FakeShard(["10"], parents=(S(0),)),
+        S(2): FakeShard(["20"], parents=(S(0),)),
+        S(3): FakeShard(["30"]),
+    }
+    a, b = reader(FakeKinesis(shards)), reader(FakeKinesis(shards))
+    for one in (a, b):
+        await one.list_shards()
+        assert one.to_share(()) == [S(0), S(3)]
+    a.share({S(0)}, {}, ())
+    b.share({S(3)}, {}, ())
+    assert await answers(a, 3) == [(S(0), "1"), (S(0), "2"), (S(0), None)]
+    # a keeps the parent until its end is stored; b does not know it ended yet.
+    assert a.to_share(()) == [S(0), S(1), S(2), S(3)]
+    assert b.to_share(()) == [S(0), S(3)]
+    assert b.to_share({S(0)}) == [S(1), S(2), S(3)]
+    b.share({S(1), S(2), S(3)}, {}, {S(0)})
+    assert sorted(await answers(b, 3)) == [(S(1), "10"), (S(2), "20"), (S(3), "30")]
+
+
 @pytest.mark.parametrize(
     ("uri", "named"),
     [
