@@ -282,7 +282,11 @@ async def test_two_daemons_share_the_shards_and_move_them_on_a_kill_9_and_a_stop
     async with get_session().create_client("kinesis", endpoint_url=moto_server) as client:
         await create_stream(client, stream, shards=SHARED_SHARDS)
     uri = f"kinesis://{stream}?endpoint_url={moto_server}&region=us-east-1"
-    source = Source(uri=uri, send=lambda bodies: send(uri, list(bodies)))
+
+    async def post(bodies: Sequence[str]) -> None:
+        await send(uri, list(bodies))
+
+    source = Source(uri=uri, send=post)
     write_pipelines(tmp_path / "pipelines", watching(source, poll_interval_s=0.2))
     first = daemon(tmp_path, database_url, source)
     config = Path(first.arguments[2])
