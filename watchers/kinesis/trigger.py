@@ -1,11 +1,12 @@
-"""Amazon Kinesis watcher: ``KinesisTrigger`` reads every shard of a stream and keeps its place
+"""Amazon Kinesis watcher: ``KinesisTrigger`` reads the shards of a stream and keeps its place
 in the metadata database, with its events; ``send`` puts records; ``PROVIDER``.
 
 Kinesis has no acknowledgement: a reader keeps its place (a sequence number per shard) itself.
 Each event carries its record's place (``TriggerEvent.checkpoint``), which the daemon stores in
 the transaction of the event, so a watcher that starts again reads on after exactly what is
 stored, and a record read again before that commit is absorbed by its dedup key. The shards
-themselves are read by :class:`watchers.kinesis.reader.ShardReader`.
+themselves are read by :class:`watchers.kinesis.reader.ShardReader`; the daemons on one store
+share them out, a lease per shard (:mod:`watchers.kinesis.sharing`).
 """
 
 from __future__ import annotations
