@@ -17,6 +17,7 @@ from sqlalchemy import ColumnElement, Table, and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from triggerer.service.store.models import SourceCheckpoint
+from triggerer.service.store.outages import until_stored
 from triggerer.service.store.types import utcnow
 
 if TYPE_CHECKING:
@@ -78,11 +79,16 @@ async def stored_positions(session: AsyncSession, prefix: str) -> dict[str, str]
 
 
 def reader(sessions: async_sessionmaker[AsyncSession]) -> Reader:
-    """What :func:`triggerer.checkpoints.read_from` is given: reads from ``sessions``' store."""
+    """What :func:`triggerer.checkpoints.read_from` is given: reads from ``sessions``' store,
+    waiting for it while it is down (a Kinesis trigger reads at every balance of its shards: a
+    store outage holds it, as it holds ingest, rather than failing the watcher)."""
 
-    async def read(prefix: str) -> dict[str, str]:
+    async def once(prefix: str) -> dict[str, str]:
         async with sessions() as session:
             return await stored_positions(session, prefix)
+
+    async def read(prefix: str) -> dict[str, str]:
+        return await until_stored(lambda: once(prefix), during="checkpoints")
 
     return read
 
