@@ -310,6 +310,17 @@ async def test_a_shard_lost_then_held_again_reads_on_from_its_stored_position() 
     assert await read(shard_reader, 2) == [(S(0), "2"), (S(0), "3")]
 
 
+async def test_latest_a_shard_taken_later_without_position_reads_from_the_first_start() -> None:
+    """Its last reader read records of it that were never stored (killed before the commit):
+    LATEST from the moment it is taken would skip them; the first start (5 ms) does not."""
+    fake = FakeKinesis({S(0): FakeShard(["1", "7", "8"])})
+    shard_reader = reader(fake, start="LATEST")
+    await shard_reader.list_shards()
+    shard_reader.share(set(), {}, (), started_at_ms=5)  # another reader holds it
+    shard_reader.share({S(0)}, {}, (), started_at_ms=5)
+    assert await read(shard_reader, 2) == [(S(0), "7"), (S(0), "8")]
+
+
 async def test_a_split_shard_read_by_one_reader_gives_its_children_to_any_once_ended() -> None:
     """Reader a holds the parent, b another shard. a reads the parent to its end (and says so:
     the trigger stores that end) and offers the children at once; b offers them only once the

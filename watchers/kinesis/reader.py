@@ -198,6 +198,8 @@ class ShardReader:
         self._lost: set[str] = set()
         # Shards finished since the last of them was yielded.
         self._finished: list[str] = []
+        # Whether :meth:`share` was called.
+        self._shared = False
 
     def readable(self) -> list[Shard]:
         """The shards to read now: held, not finished, their parents (those listed) finished."""
@@ -226,12 +228,19 @@ class ShardReader:
         ]
 
     def share(
-        self, held: Collection[str], positions: Mapping[str, str], ended: Collection[str]
+        self,
+        held: Collection[str],
+        positions: Mapping[str, str],
+        ended: Collection[str],
+        *,
+        started_at_ms: int | None = None,
     ) -> None:
         """Read only the shards ``held`` from now on; ``positions`` are the stored positions
         now, ``ended`` the shards stored as read to their end. A shard newly held reads on
         from its stored position (another reader may have moved it); one no longer held keeps
-        no iterator."""
+        no iterator. With ``start`` LATEST, a shard taken after the first share with no stored
+        position reads from ``started_at_ms``, the first start (another reader may have read
+        records of it that were never stored)."""
         self._positions.update(positions)
         self._ended = set(ended)
         before = self.held
@@ -240,6 +249,8 @@ class ShardReader:
                 shard.finished = True
             elif shard_id in held and (before is None or shard_id not in before):
                 shard.after, shard.iterator = positions.get(shard_id), None
+                if self._shared and shard.start == "LATEST" and started_at_ms is not None:
+                    shard.start, shard.at_ms = "AT_TIMESTAMP", started_at_ms
                 if shard_id in self._lost:  # what it read then may not have been stored
                     shard.finished = False
                 elif shard.finished:  # skipped here, and its end not stored yet
@@ -249,6 +260,7 @@ class ShardReader:
                 shard.iterator = None
                 self.millis_behind.pop(shard_id, None)
         self.held = set(held)
+        self._shared = True
 
     async def records(self) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
         """``(shard id, records)`` of each answer that has records, and ``(shard id, [])``

@@ -52,12 +52,14 @@ async def stored_state(prefix: str) -> tuple[dict[str, str], set[str]]:
 
 
 class ShardSharing:
-    """The shards ``reader`` holds, balanced with the other daemons under ``group``."""
+    """The shards ``reader`` holds, balanced with the other daemons under ``group``; the
+    trigger's first start was at ``started_at_ms``."""
 
-    def __init__(self, reader: ShardReader, group: str, stream: str) -> None:
+    def __init__(self, reader: ShardReader, group: str, stream: str, *, started_at_ms: int) -> None:
         self._reader = reader
         self._group = group
         self._stream = stream
+        self._started_at_ms = started_at_ms
         self._leases = part_leases()
         self._next_at = 0.0
         #: By shard held, the fence its events carry.
@@ -82,7 +84,7 @@ class ShardSharing:
                 taken=sorted(held.keys() - self.fences.keys()),
                 given_up=sorted(self.fences.keys() - held.keys()),
             )
-        self._reader.share(held.keys(), positions, ended)
+        self._reader.share(held.keys(), positions, ended, started_at_ms=self._started_at_ms)
         self.fences = held
         self._next_at = anyio.current_time() + self._leases.interval_s
 

@@ -228,7 +228,9 @@ class KinesisTrigger(BaseEventTrigger):
             )
             self._millis_behind = reader.millis_behind
             reader.on_answer = self.polled
-            self._sharing = sharing = ShardSharing(reader, prefix, self.stream)
+            self._sharing = sharing = ShardSharing(
+                reader, prefix, self.stream, started_at_ms=first.at_ms
+            )
             log.info(
                 "kinesis_reading",
                 stream=self.stream,
