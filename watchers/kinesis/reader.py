@@ -60,14 +60,15 @@ class KinesisClient:
         """Create the client: region and endpoint as given, else from ``connection``'s
         settings (``region_name``, ``endpoint_url``), which also hold the AWS keys."""
         from aiobotocore.config import AioConfig
-        from aiobotocore.session import get_session
+
+        from watchers import aws
 
         settings = {} if connection is None else get_connection(connection)
         credentials = {key: settings[key] for key in _CREDENTIAL_KEYS if key in settings}
         # botocore retries a little itself; the reader backs off longer.
         config = AioConfig(retries={"mode": "standard", "max_attempts": 2}, read_timeout=30)
         self._client = await self._exit_stack.enter_async_context(
-            get_session().create_client(
+            aws.session().create_client(
                 "kinesis",
                 region_name=region_name or settings.get("region_name"),
                 endpoint_url=endpoint_url or settings.get("endpoint_url"),
