@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from triggerer import Asset, AssetAlias
-from triggerer.service.loader import TRACEBACK_FRAMES, LoadError, load_pipelines
+from triggerer.service.loader import TRACEBACK_FRAMES, LoadError, PipelinesFolder, load_pipelines
 
 PIPELINE = """
 from triggerer import Asset, pipeline
@@ -384,3 +384,56 @@ def test_folder_removed_while_the_folder_is_walked_is_skipped(
     _scandir_failing(monkeypatch, gone, FileNotFoundError(2, "No such file", str(gone)))
     result = load_pipelines(tmp_path)
     assert (list(result.pipelines), result.errors) == (["good"], [])
+
+
+def test_a_folder_loaded_again_imports_only_the_files_that_changed(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        _write(tmp_path, f"{name}.py", PIPELINE.format(pid=name, out=f"{name}_out"))
+    folder = PipelinesFolder(tmp_path)
+    imported: list[str] = []
+    assert set(folder.load(lambda path: imported.append(path.stem)).pipelines) == {"a", "b", "c"}
+    assert sorted(imported) == ["a", "b", "c"]
+
+    imported.clear()
+    _write(tmp_path, "b.py", PIPELINE.format(pid="b2", out="b_out"))
+    (tmp_path / "c.py").unlink()
+    _write(tmp_path, "d.py", "raise ValueError('broken')\n")
+    loaded = folder.load(lambda path: imported.append(path.stem))
+
+    assert sorted(imported) == ["b", "d"], "a is unchanged, c is gone"
+    assert set(loaded.pipelines) == {"a", "b2"}
+    assert [error.path for error in loaded.errors] == [str(tmp_path / "d.py")]
+    imported.clear()
+    assert [e.path for e in folder.load(lambda path: imported.append(path.stem)).errors] == [
+        str(tmp_path / "d.py")
+    ], "an unchanged broken file keeps its error without being imported again"
+    assert imported == []
+
+
+def test_watchers_merged_across_files_leave_each_files_assets_as_written(tmp_path: Path) -> None:
+    """One asset declared in two files gets both files' watchers; a reload after one file
+    dropped its watcher has only the other's (the merge is a copy, kept for no later load)."""
+    trigger = """\
+        from collections.abc import AsyncIterator
+        from triggerer import Asset, AssetWatcher, BaseEventTrigger, TriggerEvent
+
+        class Trig(BaseEventTrigger):
+            def __init__(self, name):
+                self.name = name
+
+            def serialize(self):
+                return "x.Trig", {{"name": self.name}}
+
+            async def run(self) -> AsyncIterator[TriggerEvent]:
+                yield TriggerEvent({{}})
+
+        watched = Asset("watched", watchers=[{watchers}])
+        """
+    _write(tmp_path, "a.py", trigger.format(watchers='AssetWatcher("w1", Trig("1"))'))
+    _write(tmp_path, "b.py", trigger.format(watchers='AssetWatcher("w2", Trig("2"))'))
+    folder = PipelinesFolder(tmp_path)
+    assert [w.name for w in folder.load().assets[Asset("watched")].watchers] == ["w1", "w2"]
+
+    _write(tmp_path, "b.py", trigger.format(watchers=""))
+    os.utime(tmp_path / "b.py", ns=(1, 1))  # a changed stamp, whatever the clock's resolution
+    assert [w.name for w in folder.load().assets[Asset("watched")].watchers] == ["w1"]

@@ -667,3 +667,38 @@ def fine(spark, context): ...
     assert error is not None
     assert error.startswith("evaluating its schedule failed: ")
     assert await harness.queued("refused") == 1
+
+
+async def test_a_sync_writes_what_changed_and_the_scheduler_looks_at_that_alone(
+    harness: Harness,
+) -> None:
+    """A reload writes the rows that differ and names the pipelines it changed; the scheduler
+    evaluates those, not the others (whose queues and due times stand)."""
+    assert harness.registry.changed == set(harness.registry.pipelines), "all new"
+    await harness.scheduler.run_once()  # the first pass: everything
+    async with harness.sessions() as session:
+        before = dict(
+            (
+                await session.execute(
+                    select(models.Pipeline.pipeline_id, models.Pipeline.updated_at)
+                )
+            ).all()
+        )
+    await harness.emit("c")  # queued for each_c and one_at_a_time, with no wake
+
+    await harness.load(PIPELINES.replace("max_active_runs=1", "max_active_runs=2"))
+    assert harness.registry.changed == {"one_at_a_time"}
+    async with harness.sessions() as session:
+        after = dict(
+            (
+                await session.execute(
+                    select(models.Pipeline.pipeline_id, models.Pipeline.updated_at)
+                )
+            ).all()
+        )
+    assert [p for p in after if after[p] != before[p]] == ["one_at_a_time"]
+
+    harness.scheduler.wake(harness.registry.changed)  # as the daemon's reload does
+    await harness.scheduler.run_once()
+    assert len(await harness.runs("one_at_a_time")) == 1
+    assert await harness.runs("each_c") == [], "not changed, not woken: waits for its wake"
