@@ -10,6 +10,7 @@ import pytest
 
 from triggerer.service.config import Settings
 from triggerer.service.runs import lifeline, runner
+from triggerer.service.runs.forks import modules_ahead
 from triggerer.service.runs.launcher import _command
 from triggerer.service.runs.processes import spark_conf, spark_env
 from triggerer.service.runs.spark_server import LocalSparkServer
@@ -114,3 +115,20 @@ def test_the_local_connect_server_listens_on_loopback_only() -> None:
         "--conf=spark.connect.grpc.binding.address=127.0.0.1",
         "--conf=spark.connect.grpc.binding.port=15002",
     ]
+
+
+def test_the_forker_imports_ahead_the_modules_of_installed_triggers_only(tmp_path: Path) -> None:
+    """A trigger class of the pipelines folder (a helper module there) is imported by each run
+    afresh; one of an installed package is imported once, in the forker."""
+    from watchers.file import FileTrigger
+
+    pipelines = tmp_path / "pipelines"
+    helper = type(sys)("helper_of_the_pipelines")
+    helper.__file__ = str(pipelines / "helper_of_the_pipelines.py")
+    custom = type("Custom", (), {"__module__": helper.__name__})
+    sys.modules[helper.__name__] = helper
+    try:
+        triggers = [FileTrigger(str(tmp_path / "in")), custom(), custom()]
+        assert modules_ahead(triggers, pipelines) == {FileTrigger.__module__}
+    finally:
+        del sys.modules[helper.__name__]

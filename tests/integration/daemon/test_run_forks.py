@@ -1,12 +1,13 @@
 """Runs forked by the run forker: their log and returncode, a forker that dies, a new forker for
-a new environment, and closing. Real processes; the runs fail before they need Spark."""
+a new environment or a module to import ahead, and closing. Real processes; the runs fail
+before they need Spark."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,8 +38,9 @@ if TYPE_CHECKING:
 # Its import prints the marker of its environment, then waits when asked to: the pipeline the
 # spec names is not there, so a run that goes on fails with the runner's error.
 PIPELINE_FILE = """
-import os, time
+import os, sys, time
 print("forked with", os.environ.get("MARKER"), flush=True)
+print("imported ahead:", "wave" in sys.modules, flush=True)
 if os.environ.get("WAIT"):
     time.sleep(60)
 """
@@ -89,10 +91,12 @@ class Forks:
 
 
 @asynccontextmanager
-async def forking(folder: Path) -> AsyncIterator[Forks]:
+async def forking(
+    folder: Path, ahead: Callable[[], frozenset[str]] = frozenset
+) -> AsyncIterator[Forks]:
     (folder / "pipelines.py").write_text(PIPELINE_FILE)
     env = spark_env() | {"MARKER": "first"}
-    run_forks = RunForks(lambda: dict(env))
+    run_forks = RunForks(lambda: dict(env), ahead)
     async with anyio.create_task_group() as group:
         run_forks.serve_in(group)
         yield Forks(folder, run_forks, env)
@@ -170,6 +174,23 @@ async def test_a_new_environment_gets_a_new_forker_and_the_old_one_ends_with_its
         with anyio.fail_after(30):
             while exists(old_forker):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
+
+
+async def test_a_module_to_import_ahead_gets_a_new_forker_that_imports_it(tmp_path: Path) -> None:
+    # A module that cannot be imported is the runs' to fail on: the forker goes on without it.
+    ahead = {"no_such_module_anywhere"}
+    async with forking(tmp_path, lambda: frozenset(ahead)) as forks:
+        first, log = await forks.start_waiting()
+        assert logged(log, "imported ahead: False")
+        ahead.add("wave")  # (a module PySpark does not import)
+        second, log = await forks.start_waiting()
+        assert logged(log, "imported ahead: True")
+        assert parent_of(second.pid) != parent_of(first.pid)
+        ahead.remove("wave")  # one module fewer: the forker that has it imported goes on
+        third, _ = await forks.start_waiting()
+        assert parent_of(third.pid) == parent_of(second.pid)
+        for run in (first, second, third):
+            assert await terminated(run) == -signal.SIGTERM
 
 
 async def test_a_forker_that_cannot_start_fails_the_run_with_an_error_naming_it(

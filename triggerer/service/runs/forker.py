@@ -5,6 +5,12 @@ pipeline starts, and on a busy machine that second of CPU is most of what a shor
 This process imports it once; each run is a fork of it, ready in milliseconds, with a process
 group of its own and its log as stdout and stderr from its first byte.
 
+Its arguments name more modules to import ahead: those of the triggers the pipelines declare
+(``watchers.kafka`` imports aiokafka, another tenth of a second of CPU), which every run imports
+again with its pipeline file. They are installed code, never the pipelines folder's (which each
+run imports afresh), and only imported: nothing in this process starts a thread or opens a
+connection that a fork would share.
+
 Its stdin takes one run per line: the spec, result and log paths, tab-separated. Its stdout
 answers ``<pid>`` once that run is forked and ``<pid> <returncode>`` once it ended (negative:
 the signal that ended it). When stdin closes it takes no more runs and exits once its runs have
@@ -14,10 +20,12 @@ ended. Its runs die with it (``PR_SET_PDEATHSIG``), as it dies with the daemon.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import selectors
 import sys
 import traceback
+from collections.abc import Sequence
 
 from triggerer.service.runs import runner
 from triggerer.service.runs.lifeline import die_with_parent
@@ -25,9 +33,11 @@ from triggerer.service.runs.lifeline import die_with_parent
 REQUEST_MAX_BYTES = 64 * 1024
 
 
-def main() -> int:
+def main(modules: Sequence[str]) -> int:
     import pyspark.sql.connect.session  # noqa: F401  # the second each run saves
 
+    for module in modules:
+        _import_ahead(module)
     # What is imported stays out of the collector's sight: a run's collections would otherwise
     # touch, and so copy, every page it shares with this process.
     gc.freeze()
@@ -53,6 +63,16 @@ def main() -> int:
                 _, status = os.waitpid(key.data, 0)
                 _answer(f"{key.data} {os.waitstatus_to_exitcode(status)}")
     return 0
+
+
+def _import_ahead(module: str) -> None:
+    """Import ``module`` for the runs to find loaded; one that fails is left to the runs that
+    import it, whose logs then say why."""
+    try:
+        importlib.import_module(module)
+    # Any error of a module's own code: the runs that need the module fail on it themselves.
+    except Exception as error:  # noqa: BLE001
+        sys.stderr.write(f"run forker: {module} not imported ahead: {error!r}\n")
 
 
 def _answer(line: str) -> None:
@@ -94,4 +114,4 @@ def _take_log(log_path: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -2,17 +2,19 @@
 
 The forker starts with the first such run and stays for the next ones. One that died is
 replaced at the next run; its runs died with it and end with SIGKILL's returncode. When the
-runs' environment changes (the local Spark Connect server restarted with a new token), a new
-forker takes the next runs and the old one exits once its runs have ended.
+runs' environment changes (the local Spark Connect server restarted with a new token), or a run
+needs a module imported ahead that the forker did not import (a pipeline with a new kind of
+trigger), a new forker takes the next runs and the old one exits once its runs have ended.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import anyio
@@ -22,6 +24,20 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from triggerer.service.runs import lifeline
 
 _LINE_MAX_BYTES = 64
+
+
+def modules_ahead(triggers: Iterable[object], pipelines_dir: Path) -> frozenset[str]:
+    """The modules the run forker imports ahead for runs of pipelines that declare ``triggers``:
+    those defining the triggers' classes, but for modules of ``pipelines_dir`` (a run imports
+    those afresh: they may have changed since)."""
+    folder = os.path.join(os.path.abspath(pipelines_dir), "")
+    modules = set()
+    for trigger in triggers:
+        name = type(trigger).__module__
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file is not None and not os.path.abspath(file).startswith(folder):
+            modules.add(name)
+    return frozenset(modules)
 
 
 class ForkedRun:
@@ -53,9 +69,12 @@ class _ForkerGone(Exception):
 class _Forker:
     """One run forker process, and its runs."""
 
-    def __init__(self, process: anyio.abc.Process, env: dict[str, str]) -> None:
+    def __init__(
+        self, process: anyio.abc.Process, env: dict[str, str], modules: frozenset[str]
+    ) -> None:
         self.process = process
         self.env = env
+        self.modules = modules
         self._forked_in, self._forked = anyio.create_memory_object_stream[ForkedRun](math.inf)
         self._runs: dict[int, ForkedRun] = {}
 
@@ -103,11 +122,17 @@ class _Forker:
 
 
 class RunForks:
-    """Starts runs as forks of the current run forker. Its readers run in the task group given
-    to :meth:`serve_in`, so runs may outlive the launcher's loop."""
+    """Starts runs as forks of the current run forker, in the environment ``env()`` gives, with
+    the modules ``ahead()`` names imported ahead. Its readers run in the task group given to
+    :meth:`serve_in`, so runs may outlive the launcher's loop."""
 
-    def __init__(self, env: Callable[[], dict[str, str]]) -> None:
+    def __init__(
+        self,
+        env: Callable[[], dict[str, str]],
+        ahead: Callable[[], frozenset[str]] = frozenset,
+    ) -> None:
         self._env = env
+        self._ahead = ahead
         self._forker: _Forker | None = None
         self._lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -137,9 +162,14 @@ class RunForks:
             await forker.take_no_more()
 
     async def _current(self) -> _Forker:
-        env = self._env()
+        env, modules = self._env(), self._ahead()
         forker = self._forker
-        if forker is not None and forker.process.returncode is None and forker.env == env:
+        if (
+            forker is not None
+            and forker.process.returncode is None
+            and forker.env == env
+            and modules <= forker.modules
+        ):
             return forker
         if forker is not None:
             await forker.take_no_more()
@@ -147,7 +177,9 @@ class RunForks:
             raise RuntimeError("RunForks.start_run() before serve_in()")
         try:
             process = await anyio.open_process(
-                lifeline.tied([sys.executable, "-m", "triggerer.service.runs.forker"]),
+                lifeline.tied(
+                    [sys.executable, "-m", "triggerer.service.runs.forker", *sorted(modules)]
+                ),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=None,  # its own errors (an import that fails) in the daemon's output
@@ -156,6 +188,6 @@ class RunForks:
             )
         except OSError as error:  # no process at all (no memory, no file descriptors)
             raise ForkerUnavailable(f"cannot start the run forker: {error}") from None
-        self._forker = _Forker(process, env)
+        self._forker = _Forker(process, env, modules)
         self._task_group.start_soon(self._forker.read)
         return self._forker

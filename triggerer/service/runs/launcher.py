@@ -33,7 +33,7 @@ from triggerer.service import metrics
 from triggerer.service.dead_letters import unstorable
 from triggerer.service.events import NewEvent, Recorded, record_events
 from triggerer.service.runs import lifeline, runner
-from triggerer.service.runs.forks import ForkerUnavailable, RunForks
+from triggerer.service.runs.forks import ForkerUnavailable, RunForks, modules_ahead
 from triggerer.service.runs.inlets import serving as inlet_events
 from triggerer.service.runs.log_shipping import LogShipper
 from triggerer.service.runs.processes import Process, spark_conf, spark_env, terminate
@@ -95,7 +95,7 @@ class Launcher:
     ) -> None:
         self._sessions = sessions
         self._spark_server = spark_server
-        self._run_forks = RunForks(self._run_env)
+        self._run_forks = RunForks(self._run_env, self._modules_ahead)
         self._registry = registry
         self._settings = settings
         self._instance_id = instance_id
@@ -367,6 +367,11 @@ class Launcher:
         if self._spark_server is not None:
             env |= self._spark_server.client_env
         return env
+
+    def _modules_ahead(self) -> frozenset[str]:
+        """What the run forker imports ahead: the modules of the pipelines' triggers."""
+        triggers = (watched.trigger for watched in self._registry().triggers.values())
+        return modules_ahead(triggers, Path(self._settings.pipelines.dir))
 
     async def _spec(
         self, session: AsyncSession, run: models.Run, pipeline: Pipeline, fileloc: str
