@@ -185,6 +185,10 @@ def _spark_session(spec: RunSpec, pipeline: Pipeline) -> Any:
         conf = spark_conf(spark.master, conf)  # a local JVM listens on loopback
     for key, value in conf.items():
         builder = builder.config(key, value)
+    if spark.mode == "connect":
+        # A new session of the server, its conf set in one request: getOrCreate() (which
+        # finds no session in a new process either) would send the same request twice.
+        return builder.create()
     return builder.getOrCreate()
 
 
