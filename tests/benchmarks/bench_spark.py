@@ -10,6 +10,12 @@ reported); classic starts a JVM per run; connect uses a server started here
 session). Local then produces ``--burst-runs`` messages at once and times them until every run
 ended. Goals (local): produce to function entered p50 <= 1 s, p99 <= 2 s; 100 runs <= 60 s.
 
+Part ``runs_burst``: ``--burst-runs`` per-event runs of the trivial ``on_order`` at ``[runs]
+parallelism = 2`` in local mode, timed from the first event's produce until the last run ended
+(its ``end_date``), after two warm-up runs (the server's first session, the run forker's start).
+Goal: 100 runs <= 10 s. It also reports runs started per second and the daemon's and the
+machine's CPU over the burst.
+
 Clock: ``time.time()``. The stages: produce, taken just before ``send_and_wait``; run created,
 when the run's transaction committed (:class:`tests.benchmarks.observe.StoreWatch`); run
 claimed, the run's ``start_date`` in the store; function entered, stamped into a file by the
@@ -37,10 +43,18 @@ from deploy.local.services import spark_connect
 from tests.benchmarks.bench_latency import deployment, latency_message, runs_with_events
 from tests.benchmarks.harness import GROUP_OPTIONS, Bench, daemon_settings, main, running
 from tests.benchmarks.observe import StoreWatch
-from tests.benchmarks.stats import process_rss_mb, spread_ms
+from tests.benchmarks.stats import (
+    cpu_s,
+    cpu_ticks,
+    machine_busy_percent,
+    process_rss_mb,
+    spread_ms,
+)
 from triggerer.service.store import create_engine, models, session_factory
 
 RUN_TIMEOUT_S = 300.0
+BURST_PARALLELISM = 2
+BURST_WARMUP = 2
 
 
 async def part_spark(args: argparse.Namespace, workdir: Path, mode: str) -> dict[str, Any]:
@@ -122,6 +136,61 @@ async def spark_runs(
     }
 
 
+async def part_runs_burst(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    topic, database_url, _ = await deployment(args.bootstrap, workdir, "burst", GROUP_OPTIONS)
+    settings = daemon_settings(
+        workdir, database_url, spark={"mode": "local"}, runs={"parallelism": BURST_PARALLELISM}
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap)
+    await producer.start()
+    total = BURST_WARMUP + args.burst_runs
+    try:
+        with StoreWatch() as watch:
+            async with running(settings) as daemon:
+                await daemon.wait_assigned()
+                for index in range(BURST_WARMUP):
+                    await producer.send_and_wait(topic, latency_message(index))
+                    await until_finished(database_url, index + 1)
+                cpu_before, machine = cpu_s(), cpu_ticks()
+                produced = time.time()
+                for index in range(BURST_WARMUP, total):
+                    await producer.send(topic, latency_message(index))
+                await producer.flush()
+                await until_finished(database_url, total)
+                daemon_cpu_s = cpu_s() - cpu_before
+                busy = machine_busy_percent(machine)
+    finally:
+        await producer.stop()
+    rows = (await runs_with_events(database_url))[BURST_WARMUP:total]
+    ended = await end_dates(database_url)
+    last_created = max(watch.runs[row["run_id"]] for row in rows)
+    started = sorted(row["started_at"] for row in rows)
+    last_ended = max(ended[row["run_id"]] for row in rows)
+    burst_s = last_ended - produced
+    return {
+        "runs": len(rows),
+        "parallelism": BURST_PARALLELISM,
+        "produce_to_last_run_ended_s": round(burst_s, 2),
+        "runs_per_s": round(len(rows) / burst_s, 1),
+        "produce_to_last_run_created_s": round(last_created - produced, 2),
+        "first_to_last_run_started_s": round(started[-1] - started[0], 2),
+        "run_starts_per_s": round((len(rows) - 1) / max(started[-1] - started[0], 1e-9), 1),
+        "daemon_process_cpu_s": round(daemon_cpu_s, 1),
+        "machine_busy_percent": busy,
+    }
+
+
+async def end_dates(database_url: str) -> dict[str, float]:
+    """Each ended run's ``end_date``, by run id."""
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            rows = await session.execute(select(models.Run.run_id, models.Run.end_date))
+            return {run_id: end.timestamp() for run_id, end in rows.all() if end is not None}
+    finally:
+        await engine.dispose()
+
+
 async def until_finished(database_url: str, count: int) -> None:
     """Until ``count`` runs ended; a failed run stops the benchmark with its error."""
     engine = create_engine(database_url)
@@ -164,6 +233,7 @@ BENCH = Bench(
         "spark_local": part_spark_local,
         "spark_classic": part_spark_classic,
         "spark_connect": part_spark_connect,
+        "runs_burst": part_runs_burst,
     },
     full={"local_messages": 5, "connect_messages": 20, "burst_runs": 100},
     quick={"local_messages": 2, "connect_messages": 5, "burst_runs": 20},
