@@ -45,7 +45,6 @@ from triggerer.service.scheduling.registry import (
     ensure_asset,
 )
 from triggerer.service.store import models
-from triggerer.service.store.engine import async_url
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 from triggerer.service.store.outages import until_stored
 from triggerer.service.store.states import FINISHED_RUN_STATES, EventSource, RunState
@@ -60,10 +59,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 POLL_S = 5.0
-CANCEL_POLL_S = 1.0
-"""How often, on SQLite, the launcher looks for cancelled runs among those it runs: no notice
-tells it of a cancel by another process there (on PostgreSQL one does, and ``POLL_S`` only
-covers a lost notice)."""
 UNRECORDABLE = (IntegrityError, LookupError, TypeError, ValueError, StatementError)
 """What recording a malformed or conflicting run result raises: the run fails, not the daemon.
 (A ``StatementError`` that is not a ``DBAPIError`` is a value the driver could not send.)"""
@@ -111,8 +106,6 @@ class Launcher:
         self._idle = anyio.Event()
         self._idle.set()
         self._cancel_asked = anyio.Event()
-        notified = async_url(settings.database.url).get_backend_name() == "postgresql"
-        self._cancel_poll_s = POLL_S if notified else CANCEL_POLL_S
         self._stopping_cancelled = False
 
     async def wait_idle(self) -> None:
@@ -166,10 +159,11 @@ class Launcher:
 
     async def _stop_cancelled(self) -> None:
         """Stop the runs in progress here that were cancelled, once told and at the latest
-        every ``_cancel_poll_s``: each is interrupted (its process group stopped) and recorded
+        every ``POLL_S`` (a cancel by another process comes as a notice, and the look covers a
+        lost one): each is interrupted (its process group stopped) and recorded
         ``cancelled`` (:meth:`_record`). Runs through shutdown's grace period too."""
         while True:
-            with anyio.move_on_after(self._cancel_poll_s):
+            with anyio.move_on_after(POLL_S):
                 await self._cancel_asked.wait()
             self._cancel_asked = anyio.Event()
             if not self._in_progress:
