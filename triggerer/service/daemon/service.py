@@ -8,7 +8,6 @@ grace period, and returns; a second signal exits at once.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 import socket
@@ -28,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from triggerer import checkpoints, part_leases
 from triggerer.service import metrics
 from triggerer.service.config import ConfigError
+from triggerer.service.daemon import heap
 from triggerer.service.daemon.backpressure import Backpressure
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.lag_samples import LagSampler
@@ -35,9 +35,10 @@ from triggerer.service.daemon.leases import Leases
 from triggerer.service.daemon.notifier import Notifier
 from triggerer.service.daemon.part_leases import StoredPartLeases
 from triggerer.service.daemon.retention import Retention
-from triggerer.service.daemon.supervisor import Supervisor, WatcherStatus
+from triggerer.service.daemon.supervisor import Supervisor
 from triggerer.service.daemon.wakeups import listen
 from triggerer.service.daemon.watchdog import watch_event_loop
+from triggerer.service.daemon.watcher_reports import WatcherReports
 from triggerer.service.loader import LoadedPipelines, PipelinesFolder, pipeline_files
 from triggerer.service.runs.launcher import Launcher
 from triggerer.service.runs.lineage_emitter import LineageEmitter
@@ -161,8 +162,8 @@ class Service:
             if provider.shared is not None
         ]
 
-        # Watcher states as last written, so a heartbeat writes only what changed.
-        self._reported: dict[int, WatcherStatus] = {}
+        # Watcher states, written where they changed.
+        self.watcher_reports = WatcherReports(sessions, self.instance_id)
         # Their lag over time, for the UI's chart.
         self.lag_samples = LagSampler(sessions)
 
@@ -284,35 +285,7 @@ class Service:
         self.supervisor.leases_lost(await self.leases.renew())
         self.supervisor.sample()
         await self.lag_samples.sample(self.supervisor.status)
-        # Copies taken before the write: a state that changes while it is written (starting
-        # -> running) is then written by the next beat, not taken for written.
-        changed = {
-            trigger_id: dataclasses.replace(status)
-            for trigger_id, status in self.supervisor.status.items()
-            if self._reported.get(trigger_id) != status
-        }
-        if changed:
-            async with self.sessions.begin() as session:
-                await session.execute(
-                    update(models.Trigger),
-                    [
-                        {
-                            "id": trigger_id,
-                            "state": status.state,
-                            "last_poll_at": status.last_poll_at,
-                            "last_event_at": status.last_event_at,
-                            "last_error": status.last_error,
-                            "last_error_at": status.last_error_at,
-                            "restart_count": status.restart_count,
-                            "lag": status.lag,
-                            "reads_as": status.reads_as,
-                            "held_by": status.held_by,
-                            "instance_id": self.instance_id,
-                        }
-                        for trigger_id, status in changed.items()
-                    ],
-                )
-            self._reported.update(changed)
+        await self.watcher_reports.write(self.supervisor.status)
         await self.recover()
         async with self.sessions() as session:
             queued = await session.execute(
@@ -458,8 +431,10 @@ async def _run(
                 background.start_soon(
                     partial(keep_running, service.retention.run, during="retention")
                 )
-                task_status.started()
-                await shutdown_trigger()
+                # Every part has started: what lives from here on is the collector's alone.
+                with heap.frozen():
+                    task_status.started()
+                    await shutdown_trigger()
                 log.info("shutdown_started")
                 if api is not None:
                     api.stop()
