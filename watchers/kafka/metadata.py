@@ -8,6 +8,7 @@ sends it on the consumer's own client.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
@@ -15,12 +16,13 @@ from aiokafka.errors import IncompatibleBrokerVersion
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
     AbstractType,
+    Array,
     Boolean,
     CompactArray,
     CompactString,
     Int16,
-    Int32,
     Schema,
+    String,
     TaggedFields,
 )
 
@@ -50,49 +52,93 @@ _TEXT = CompactString("utf-8")
 
 
 class MetadataResponse_v10(Response):  # type: ignore[misc]  # aiokafka is untyped
+    """The topics of a Metadata v10 response: each one's error code, name and id.
+
+    Decoded by hand, skipping the brokers and the partitions: asked every few seconds about
+    every topic a consumer reads, aiokafka's generic decoding of the whole response was the
+    largest cost an idle daemon added to its consumer's own fetches (1.6 ms for 300 topics of
+    a partition each; 0.6 ms so).
+    """
+
     API_KEY = METADATA_API_KEY
     API_VERSION = 10
     SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "brokers",
-            CompactArray(
-                ("node_id", Int32),
-                ("host", _TEXT),
-                ("port", Int32),
-                ("rack", _TEXT),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("cluster_id", _TEXT),
-        ("controller_id", Int32),
-        (
-            "topics",
-            CompactArray(
-                ("error_code", Int16),
-                ("name", _TEXT),
-                ("topic_id", Uuid),
-                ("is_internal", Boolean),
-                (
-                    "partitions",
-                    CompactArray(
-                        ("error_code", Int16),
-                        ("partition_index", Int32),
-                        ("leader_id", Int32),
-                        ("leader_epoch", Int32),
-                        ("replica_nodes", CompactArray(Int32)),
-                        ("isr_nodes", CompactArray(Int32)),
-                        ("offline_replicas", CompactArray(Int32)),
-                        ("tags", TaggedFields),
-                    ),
-                ),
-                ("topic_authorized_operations", Int32),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("cluster_authorized_operations", Int32),
-        ("tags", TaggedFields),
+        ("topics", Array(("error_code", Int16), ("name", String("utf-8")), ("topic_id", Uuid)))
     )
+
+    @classmethod
+    def decode(cls, data: BinaryIO | bytes) -> MetadataResponse_v10:
+        body = data if isinstance(data, bytes) else data.read()
+        return cls(_topics(body))
+
+
+def _topics(body: bytes) -> list[tuple[int, str | None, bytes]]:
+    """``(error_code, name, topic_id)`` of each topic of a Metadata v10 response body."""
+    view = memoryview(body)
+    at = 4  # throttle_time_ms
+    count, at = _count(view, at)
+    for _ in range(count):  # brokers
+        at += 4  # node_id
+        at = _skip_text(view, at)  # host
+        at += 4  # port
+        at = _skip_text(view, at)  # rack
+        at = _skip_tags(view, at)
+    at = _skip_text(view, at)  # cluster_id
+    at += 4  # controller_id
+    topics = []
+    count, at = _count(view, at)
+    for _ in range(count):
+        (error_code,) = _INT16.unpack_from(view, at)
+        length, at = _uvarint(view, at + 2)
+        name = None if length == 0 else str(view[at : at + length - 1], "utf-8")
+        at += max(length - 1, 0)
+        topic_id = bytes(view[at : at + 16])
+        at += 17  # the id, is_internal
+        partitions, at = _count(view, at)
+        for _ in range(partitions):
+            at += 14  # error_code, partition_index, leader_id, leader_epoch
+            for _ in range(3):  # replica_nodes, isr_nodes, offline_replicas
+                nodes, at = _count(view, at)
+                at += 4 * nodes
+            at = _skip_tags(view, at)
+        at += 4  # topic_authorized_operations
+        at = _skip_tags(view, at)
+        topics.append((error_code, name, topic_id))
+    return topics
+
+
+_INT16 = struct.Struct(">h")
+
+
+def _uvarint(view: memoryview, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = view[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _count(view: memoryview, at: int) -> tuple[int, int]:
+    """The length of a compact array (0 for null) and where its items start."""
+    length, at = _uvarint(view, at)
+    return max(length - 1, 0), at
+
+
+def _skip_text(view: memoryview, at: int) -> int:
+    length, at = _uvarint(view, at)
+    return at + max(length - 1, 0)
+
+
+def _skip_tags(view: memoryview, at: int) -> int:
+    count, at = _uvarint(view, at)
+    for _ in range(count):
+        _, at = _uvarint(view, at)
+        size, at = _uvarint(view, at)
+        at += size
+    return at
 
 
 class MetadataRequest_v10(RequestStruct):  # type: ignore[misc]  # aiokafka is untyped
