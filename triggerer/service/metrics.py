@@ -164,7 +164,7 @@ RETENTION_DELETED = Counter(
 _STORED = {source: EVENTS_STORED.labels(source) for source in EventSource}
 # The label values in use, so series of pipelines and partitions that are gone can be removed.
 _queued_pipelines: set[str] = set()
-_partitions: dict[str, set[tuple[str, str]]] = {}
+_partition_lags: dict[str, dict[tuple[str, int], int]] = {}
 _watchers: dict[int, tuple[str, str]] = {}
 _FINAL_STATES = (RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED)
 _source = attrgetter("source")
@@ -267,13 +267,17 @@ def partition_lag(trigger_id: int, lags: Mapping[tuple[str, int], int]) -> None:
     """Set the Kafka consumer lag per ``(topic, partition)`` of one trigger instance;
     partitions it no longer owns lose their series."""
     label = str(trigger_id)
-    current = {(topic, str(partition)): lag for (topic, partition), lag in lags.items()}
-    for topic, partition in _partitions.pop(label, set()) - current.keys():
-        KAFKA_CONSUMER_LAG.remove(label, topic, partition)
-    for (topic, partition), lag in current.items():
-        KAFKA_CONSUMER_LAG.labels(label, topic, partition).set(lag)
-    if current:
-        _partitions[label] = set(current)
+    before = _partition_lags.get(label, {})
+    if lags == before:
+        return  # an idle watcher's, heartbeat after heartbeat: nothing to set
+    if lags:
+        _partition_lags[label] = dict(lags)
+    else:
+        del _partition_lags[label]
+    for topic, partition in before.keys() - lags.keys():
+        KAFKA_CONSUMER_LAG.remove(label, topic, str(partition))
+    for (topic, partition), lag in lags.items():
+        KAFKA_CONSUMER_LAG.labels(label, topic, str(partition)).set(lag)
 
 
 def _age_s(moment: datetime | None) -> float:
