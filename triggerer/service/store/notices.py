@@ -74,7 +74,8 @@ async def last_notice(session: AsyncSession) -> int:
 
 async def notices_after(session: AsyncSession, after: int) -> Sequence[tuple[int, str]]:
     """The notice rows after ``after``, in order, as ``(id, payload)`` (SQLite)."""
-    return [tuple(row) for row in await session.execute(_AFTER, {"after": after})]
+    rows = await session.execute(_AFTER, {"after": after})
+    return [(notice_id, payload) for notice_id, payload in rows]
 
 
 async def prune_notices(session: AsyncSession) -> None:
