@@ -14,7 +14,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,26 +105,37 @@ async def consumer_latency(
     }
 
 
-async def idle_consumer_cpu_percent(bootstrap: str, topics: list[str], seconds: float) -> float:
+async def idle_consumer_cpu_percent(
+    bootstrap: str, topics: list[str], seconds: float, *, fast_topics: Sequence[str] = ()
+) -> float:
     """CPU of one plain aiokafka consumer of ``topics`` (one group, the default 500 ms fetch
-    wait, a getmany loop) over ``seconds`` of idleness, in this process."""
-    consumer = AIOKafkaConsumer(
-        *topics,
-        bootstrap_servers=bootstrap,
-        group_id=f"bench-idle-raw-{uuid.uuid4().hex[:8]}",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
+    wait, a getmany loop) over ``seconds`` of idleness, in this process; with ``fast_topics``,
+    beside it a second consumer of those at a 10 ms fetch wait (as a latency-minded watcher
+    reads them)."""
+    groups = [(topics, 500), (list(fast_topics), 10)] if fast_topics else [(topics, 500)]
+    consumers = [
+        AIOKafkaConsumer(
+            *group,
+            bootstrap_servers=bootstrap,
+            group_id=f"bench-idle-raw-{uuid.uuid4().hex[:8]}",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=wait_ms,
+        )
+        for group, wait_ms in groups
+    ]
+    for consumer in consumers:
+        await consumer.start()
     try:
         async with anyio.create_task_group() as tasks:
 
-            async def poll() -> None:
+            async def poll(consumer: AIOKafkaConsumer) -> None:
                 while True:
                     await consumer.getmany(timeout_ms=1000)
 
-            tasks.start_soon(poll)
+            for consumer in consumers:
+                tasks.start_soon(poll, consumer)
             with anyio.fail_after(300):
-                while not consumer.assignment():  # noqa: ASYNC110 - joins are not notified
+                while not all(c.assignment() for c in consumers):  # noqa: ASYNC110 - joins are not notified
                     await anyio.sleep(0.1)
             await anyio.sleep(SETTLE_S)
             wall, cpu = time.time(), cpu_s()
@@ -132,7 +143,8 @@ async def idle_consumer_cpu_percent(bootstrap: str, topics: list[str], seconds: 
             percent = 100 * (cpu_s() - cpu) / (time.time() - wall)
             tasks.cancel_scope.cancel()
     finally:
-        await consumer.stop()
+        for consumer in consumers:
+            await consumer.stop()
     return percent
 
 

@@ -44,13 +44,14 @@ import httpx
 if __package__ in (None, ""):  # run as a script: put the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from sqlalchemy import bindparam, func, select
 
 from deploy.local.services import DUMMY_AWS_ENV, free_port, moto
+from tests.benchmarks import baselines
 from tests.benchmarks.bench_kafka import create_topics
 from tests.benchmarks.harness import TRIGGERER, Bench, database, main, triggerer_run
-from tests.benchmarks.stats import cpu_s, percentile, process_rss_mb, thread_activity
+from tests.benchmarks.stats import percentile, process_rss_mb, thread_activity
 from triggerer.service.loader import load_pipelines
 from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.scheduling.scheduler import Scheduler
@@ -211,51 +212,6 @@ async def sweep_ms(database_url: str, folder: Path) -> float:
     return round(percentile(passes, 50) * 1000, 1)
 
 
-async def kafka_floor_percent(
-    bootstrap: str, idle_topics: list[str], hot_topic: str, seconds: float
-) -> float:
-    """CPU of plain aiokafka consumers reading what the daemon's Kafka watchers read, as they
-    read it (one consumer of the idle topics at the default 500 ms fetch wait, one of the hot
-    topic at 10 ms), over ``seconds`` of idleness in this process: the Kafka client's floor."""
-    consumers = [
-        AIOKafkaConsumer(
-            *topics,
-            bootstrap_servers=bootstrap,
-            group_id=f"bench-scale-raw-{uuid.uuid4().hex[:8]}",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=wait_ms,
-        )
-        for topics, wait_ms in ((idle_topics, 500), ([hot_topic], 10))
-    ]
-    for consumer in consumers:
-        await consumer.start()
-    try:
-        async with anyio.create_task_group() as tasks:
-            for consumer in consumers:
-                tasks.start_soon(_poll_forever, consumer)
-            await wait_for(
-                lambda: _all_assigned(consumers), START_TIMEOUT_S, "the raw consumers' joins"
-            )
-            await anyio.sleep(SETTLE_S)
-            wall, cpu = time.time(), cpu_s()
-            await anyio.sleep(seconds)
-            percent = 100 * (cpu_s() - cpu) / (time.time() - wall)
-            tasks.cancel_scope.cancel()
-    finally:
-        for consumer in consumers:
-            await consumer.stop()
-    return percent
-
-
-async def _poll_forever(consumer: AIOKafkaConsumer) -> None:
-    while True:
-        await consumer.getmany(timeout_ms=1000)
-
-
-async def _all_assigned(consumers: list[AIOKafkaConsumer]) -> bool:
-    return all(consumer.assignment() for consumer in consumers)
-
-
 async def produce_to_runs(
     args: argparse.Namespace, topic: str, database_url: str, count: int
 ) -> list[float]:
@@ -398,8 +354,8 @@ async def part_scale(
             if not args.daemon_path:  # this checkout's scheduler, in this process
                 result["sweep_ms"] = await sweep_ms(database_url, folder)
         idle_topics = [topic for topic in kafka_topics if topic != f"{prefix}-{HOT}"]
-        floor = await kafka_floor_percent(
-            args.bootstrap, idle_topics, f"{prefix}-{HOT}", args.idle_seconds
+        floor = await baselines.idle_consumer_cpu_percent(
+            args.bootstrap, idle_topics, args.idle_seconds, fast_topics=[f"{prefix}-{HOT}"]
         )
         result["kafka_floor_cpu_percent"] = round(floor, 2)
         result["idle_cpu_beyond_floor_percent"] = round(result["idle_cpu_percent"] - floor, 2)
