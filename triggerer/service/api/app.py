@@ -31,6 +31,7 @@ from triggerer.service.api import (
     watchers,
 )
 from triggerer.service.api.context import ApiContext, authorized
+from triggerer.service.api.event_posts import EventPosts
 from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 
@@ -70,6 +71,8 @@ def create_app(context: ApiContext) -> FastAPI:
     app.add_exception_handler(HTTPException, _http_error)
     for error in STORE_ERRORS:
         app.add_exception_handler(error, _store_failed)
+    # The hot path: posted events that succeed skip FastAPI's routing (event_posts.py).
+    app.add_middleware(EventPosts, path=f"{PREFIX}/assets/events", context=context)
     return app
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service.api.group_commit import GroupCommit
@@ -66,15 +67,26 @@ async def authorized(
 ) -> None:
     """Let the request through when no tokens are configured or it bears one of them."""
     tokens = context.settings.api.tokens
-    if not tokens:
-        return
-    given = credentials.credentials.encode() if credentials else b""
-    # Every token is compared, each in constant time, so timing tells nothing about them.
-    matches = [hmac.compare_digest(given, token.encode()) for token in tokens]
-    if not any(matches):
+    if tokens and not _matches(tokens, credentials.credentials if credentials else ""):
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "missing or invalid bearer token: send 'Authorization: Bearer <token>' with a "
             "token of [api] tokens",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+
+def bears_token(tokens: tuple[str, ...], authorization: str | None) -> bool:
+    """Whether an ``Authorization`` header of ``authorization`` bears one of ``tokens``, read as
+    :func:`authorized` reads it (FastAPI's ``HTTPBearer``)."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if not (scheme and credentials) or scheme.lower() != "bearer":
+        return False
+    return _matches(tokens, credentials)
+
+
+def _matches(tokens: tuple[str, ...], credentials: str) -> bool:
+    given = credentials.encode()
+    # Every token is compared, each in constant time, so timing tells nothing about them.
+    matches = [hmac.compare_digest(given, token.encode()) for token in tokens]
+    return any(matches)
