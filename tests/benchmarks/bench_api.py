@@ -257,6 +257,8 @@ def daemon_config(folder: Path, database_url: str) -> Path:
         f'[pipelines]\ndir = "{folder / "pipelines"}"\n'
         f'[spark]\nmode = "connect"\nremote = "sc://127.0.0.1:1"\nlogs_dir = "{folder / "logs"}"\n'
         "[runs]\nparallelism = 1\n"
+        # The held run would have the daemon wait its grace period at shutdown.
+        "[daemon]\nshutdown_grace_s = 0\n"
         f'[api]\nport = 0\ntokens = ["{TOKEN}"]\n'
     )
     return config
