@@ -22,7 +22,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from fastapi import status
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -119,7 +118,9 @@ def _event(body: bytes) -> NewAssetEvent | None:
     where FastAPI would answer an error."""
     try:
         return NewAssetEvent.model_validate(json.loads(body))
-    except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError among them
+    # ValueError: not JSON (JSONDecodeError), not UTF-8 (UnicodeDecodeError), not an event
+    # (pydantic's ValidationError); RecursionError: JSON nested too deep for json.loads.
+    except (ValueError, RecursionError):
         return None
 
 
