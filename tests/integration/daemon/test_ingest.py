@@ -16,15 +16,15 @@ from sqlalchemy import URL, func, make_url, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
+from tests.fixtures.ingest import watched_inbox
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
-from triggerer.service.loader import load_pipelines
-from triggerer.service.scheduling.registry import WatchedTrigger, sync_definitions
 from triggerer.service.store import models, session_factory
 from triggerer.triggers import Ack, TriggerEvent
 
 if TYPE_CHECKING:
     from triggerer.service.events import Recorded
+    from triggerer.service.scheduling.registry import WatchedTrigger
 
 PIPELINES = """
 from triggerer import Asset, AssetWatcher, pipeline
@@ -35,18 +35,6 @@ orders = Asset("orders", watchers=[AssetWatcher("inbox", FileTrigger({inbox!r}))
 @pipeline(schedule=orders)
 def report(spark, context): ...
 """
-
-
-async def _watched(sessions: async_sessionmaker[AsyncSession], tmp_path: Path) -> WatchedTrigger:
-    folder = tmp_path / "pipelines"
-    folder.mkdir()
-    (folder / "orders.py").write_text(PIPELINES.format(inbox=str(tmp_path / "inbox")))
-    loaded = load_pipelines(folder)
-    assert loaded.errors == []
-    async with sessions.begin() as session:
-        registry = await sync_definitions(session, loaded)
-    (watched,) = registry.triggers.values()
-    return watched
 
 
 async def _events(sessions: async_sessionmaker[AsyncSession]) -> int:
@@ -95,7 +83,7 @@ async def test_every_event_is_committed_before_its_ack_batches_stay_full_and_dup
     migrated_engine: AsyncEngine, db_backend: str, tmp_path: Path
 ) -> None:
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path, PIPELINES)
     acked: list[str] = []
 
     def ack(key: str) -> Ack:
@@ -138,7 +126,7 @@ async def test_a_stored_key_met_by_another_message_is_logged_and_a_redelivery_is
     migrated_engine: AsyncEngine, tmp_path: Path
 ) -> None:
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path, PIPELINES)
     send, receive = anyio.create_memory_object_stream[Delivery](10)
 
     def no_ack(_: str) -> Ack:
@@ -188,7 +176,7 @@ async def test_events_the_store_cannot_hold_are_dead_lettered_once_and_acked_wit
     migrated_engine: AsyncEngine, db_backend: str, tmp_path: Path
 ) -> None:
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path, PIPELINES)
     await _refuse_poison(migrated_engine)
     acked: list[str] = []
 
@@ -266,7 +254,7 @@ async def test_database_outage_holds_every_ack_until_its_commit_and_loses_nothin
     migrated_engine: AsyncEngine, migrated_database_url: str, tmp_path: Path
 ) -> None:
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path, PIPELINES)
     # A refused connection is no reason to dead-letter: the event the store refuses waits too.
     await _refuse_poison(migrated_engine)
     acked: list[str] = []

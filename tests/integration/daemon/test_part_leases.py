@@ -7,15 +7,13 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-import anyio
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from triggerer.service.daemon.ingest import Delivery, Ingest
+from tests.fixtures.ingest import ingest_all, watched_inbox
+from triggerer.service.daemon.ingest import Ingest
 from triggerer.service.daemon.leases import Leases
 from triggerer.service.daemon.part_leases import StoredPartLeases
-from triggerer.service.loader import load_pipelines
-from triggerer.service.scheduling.registry import WatchedTrigger, sync_definitions
 from triggerer.service.store import models, session_factory
 from triggerer.service.store.source_checkpoints import stored_positions
 from triggerer.service.store.types import utcnow
@@ -23,12 +21,6 @@ from triggerer.triggers import TriggerEvent
 
 GROUP = "kinesis/orders/app/"
 SHARDS = [f"shardId-{n:012d}" for n in range(4)]
-PIPELINES = """
-from triggerer import Asset, AssetWatcher
-from watchers import FileTrigger
-
-orders = Asset("orders", watchers=[AssetWatcher("inbox", FileTrigger({inbox!r}))])
-"""
 
 
 def _daemon(
@@ -104,17 +96,6 @@ async def test_parts_no_longer_offered_are_given_up(migrated_engine: AsyncEngine
     assert GROUP + SHARDS[0] not in await _rows(sessions)
 
 
-async def _watched(sessions: async_sessionmaker[AsyncSession], tmp_path: Path) -> WatchedTrigger:
-    folder = tmp_path / "pipelines"
-    folder.mkdir()
-    (folder / "orders.py").write_text(PIPELINES.format(inbox=str(tmp_path / "inbox")))
-    loaded = load_pipelines(folder)
-    async with sessions.begin() as session:
-        registry = await sync_definitions(session, loaded)
-    (watched,) = registry.triggers.values()
-    return watched
-
-
 def _event(shard: str, n: int, fence: tuple[str, str] | None) -> TriggerEvent:
     return TriggerEvent(
         {"n": n},
@@ -124,15 +105,6 @@ def _event(shard: str, n: int, fence: tuple[str, str] | None) -> TriggerEvent:
     )
 
 
-async def _ingest(ingest: Ingest, deliveries: list[Delivery]) -> None:
-    send, receive = anyio.create_memory_object_stream[Delivery](len(deliveries))
-    with send:
-        for delivery in deliveries:
-            send.send_nowait(delivery)
-    with anyio.fail_after(30):
-        await ingest.run(receive)
-
-
 async def test_ingest_stores_no_event_nor_position_of_a_part_whose_lease_was_lost(
     migrated_engine: AsyncEngine, tmp_path: Path
 ) -> None:
@@ -140,7 +112,7 @@ async def test_ingest_stores_no_event_nor_position_of_a_part_whose_lease_was_los
     shard 0's events and position are stored, shard 1's are not; b's events of shard 1 are.
     A tenure lost never comes back: a taking shard 1 again starts a new one."""
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path)
     _, a = _daemon(sessions, "a")
     _, b = _daemon(sessions, "b")
     first = await a.balance(GROUP, SHARDS[:2])
@@ -150,12 +122,12 @@ async def test_ingest_stores_no_event_nor_position_of_a_part_whose_lease_was_los
     assert set(taken) == {SHARDS[1]}
 
     a_ingest = Ingest(sessions, lambda _: None, batch_size=10, owner="a")
-    await _ingest(
+    await ingest_all(
         a_ingest,
         [(watched, _event(shard, n, first[shard])) for n in (1, 2) for shard in SHARDS[:2]],
     )
     b_ingest = Ingest(sessions, lambda _: None, batch_size=10, owner="b")
-    await _ingest(b_ingest, [(watched, _event(SHARDS[1], 1, taken[SHARDS[1]]))])
+    await ingest_all(b_ingest, [(watched, _event(SHARDS[1], 1, taken[SHARDS[1]]))])
 
     async with sessions() as session:
         keys = await session.scalars(select(models.AssetEvent.dedup_key))
@@ -174,7 +146,7 @@ async def test_ingest_stores_no_event_nor_position_of_a_part_whose_lease_was_los
     again = await a.balance(GROUP, SHARDS[:2])
     assert again[SHARDS[1]] != first[SHARDS[1]]
     stale = Ingest(sessions, lambda _: None, batch_size=10, owner="a")
-    await _ingest(stale, [(watched, _event(SHARDS[1], 3, first[SHARDS[1]]))])
+    await ingest_all(stale, [(watched, _event(SHARDS[1], 3, first[SHARDS[1]]))])
     async with sessions() as session:
         count = select(func.count()).select_from(models.AssetEvent)
         assert await session.scalar(count) == 3

@@ -14,13 +14,12 @@ from alembic import command
 from sqlalchemy import Connection, func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from tests.fixtures.ingest import ingest_all, watched_inbox
 from triggerer import checkpoints
 from triggerer.service import events as events_module
 from triggerer.service.daemon import ingest as ingest_module
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
-from triggerer.service.loader import load_pipelines
-from triggerer.service.scheduling.registry import WatchedTrigger, sync_definitions
 from triggerer.service.store import create_engine, session_factory, source_checkpoints, upgrade
 from triggerer.service.store.migrate import alembic_config
 from triggerer.service.store.models import AssetEvent, DeadLetter, SourceCheckpoint
@@ -33,14 +32,9 @@ from triggerer.triggers import TriggerEvent
 
 if TYPE_CHECKING:
     from triggerer.service.events import NewEvent, Recorded
+    from triggerer.service.scheduling.registry import WatchedTrigger
 
 LONGEST = "9" * 129  # a Kinesis sequence number has up to 129 digits
-PIPELINES = """
-from triggerer import Asset, AssetWatcher
-from watchers import FileTrigger
-
-orders = Asset("orders", watchers=[AssetWatcher("inbox", FileTrigger({inbox!r}))])
-"""
 
 
 async def _tables(engine: AsyncEngine) -> set[str]:
@@ -140,18 +134,6 @@ def test_a_checkpoint_that_is_not_a_key_and_digits_is_refused() -> None:
     TriggerEvent({}, checkpoint=("k" * 1500, LONGEST))
 
 
-async def _watched(sessions: async_sessionmaker[AsyncSession], tmp_path: Path) -> WatchedTrigger:
-    folder = tmp_path / "pipelines"
-    folder.mkdir()
-    (folder / "orders.py").write_text(PIPELINES.format(inbox=str(tmp_path / "inbox")))
-    loaded = load_pipelines(folder)
-    assert loaded.errors == []
-    async with sessions.begin() as session:
-        registry = await sync_definitions(session, loaded)
-    (watched,) = registry.triggers.values()
-    return watched
-
-
 KEY = "kinesis/orders/app/shardId-000000000000"
 
 
@@ -173,7 +155,7 @@ async def test_ingest_stores_each_batch_position_with_its_events_never_ahead_of_
     """With two commits in flight (PostgreSQL), a later batch's position is written only once
     every earlier event of its key is stored: checked inside each writing transaction."""
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path)
     checks: list[tuple[str, int]] = []
 
     async def checked(session: AsyncSession, positions: Mapping[str, str]) -> None:
@@ -206,7 +188,7 @@ async def test_a_batch_of_dead_letters_alone_moves_the_position(
     migrated_engine: AsyncEngine, tmp_path: Path
 ) -> None:
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path)
     ingest = Ingest(sessions, lambda _: None, batch_size=10)
     send, receive = anyio.create_memory_object_stream[Delivery](10)
     with send:
@@ -217,26 +199,17 @@ async def test_a_batch_of_dead_letters_alone_moves_the_position(
     assert ingest.dead_letters == 1
 
 
-async def _ingest(ingest: Ingest, deliveries: list[Delivery]) -> None:
-    send, receive = anyio.create_memory_object_stream[Delivery](len(deliveries))
-    with send:
-        for delivery in deliveries:
-            send.send_nowait(delivery)
-    with anyio.fail_after(30):
-        await ingest.run(receive)
-
-
 async def test_a_checkpoint_alone_moves_its_position_and_is_no_event(
     migrated_engine: AsyncEngine, tmp_path: Path
 ) -> None:
     """What a trigger yields for records it filtered out, or to keep when it first started."""
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path)
     started = "kinesis/orders/app/@started"
     alone = TriggerEvent.checkpoint_only(KEY, "3")
     assert (alone.is_checkpoint_only, alone.payload, alone.ack) == (True, None, None)
     ingest = Ingest(sessions, lambda _: None, batch_size=10)
-    await _ingest(
+    await ingest_all(
         ingest,
         [
             (watched, TriggerEvent.checkpoint_only(started, "1764000000000")),
@@ -248,7 +221,7 @@ async def test_a_checkpoint_alone_moves_its_position_and_is_no_event(
     assert (ingest.events_recorded, ingest.dead_letters) == (1, 0)
     # A batch of checkpoints alone.
     ingest = Ingest(sessions, lambda _: None, batch_size=10)
-    await _ingest(ingest, [(watched, TriggerEvent.checkpoint_only(KEY, "5"))])
+    await ingest_all(ingest, [(watched, TriggerEvent.checkpoint_only(KEY, "5"))])
     assert (await _stored(sessions))[KEY] == "5"
     assert (ingest.events_recorded, ingest.dead_letters) == (0, 0)
     async with sessions() as session:
@@ -263,7 +236,7 @@ async def test_after_a_batch_fails_the_next_of_its_key_stores_its_events_not_its
     store's (a bug) once batch B (6-10), waiting for it, is formed. B stores its events but not
     position 10: a watcher starting again must read 1-5 again."""
     sessions = session_factory(migrated_engine)
-    watched = await _watched(sessions, tmp_path)
+    watched = await watched_inbox(sessions, tmp_path)
 
     async def failing_for_a(session: AsyncSession, events: list[NewEvent]) -> Recorded:
         if any(event.extra["payload"]["n"] <= 5 for event in events):
@@ -274,7 +247,7 @@ async def test_after_a_batch_fails_the_next_of_its_key_stores_its_events_not_its
     monkeypatch.setattr(ingest_module, "record_events", failing_for_a)
     ingest = Ingest(sessions, lambda _: None, batch_size=5, commits_in_flight=2)
     with pytest.raises(ExceptionGroup) as raised:
-        await _ingest(ingest, [_delivery(watched, n) for n in range(1, 11)])
+        await ingest_all(ingest, [_delivery(watched, n) for n in range(1, 11)])
     assert raised.group_contains(RuntimeError, match="a bug in batch A")
 
     assert await _stored(sessions) == {}
