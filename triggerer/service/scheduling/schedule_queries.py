@@ -65,6 +65,10 @@ class PipelineState(NamedTuple):
     active_runs: int
 
 
+NO_ROW = PipelineState(None, None, 0)
+"""The state of a pipeline without a row (its file gone, its row not written yet)."""
+
+
 def compose_run_id(pipeline_id: str, kind: str, suffix: str) -> str:
     """``{pipeline_id}__{kind}__{suffix}``, cut to fit the column: a pipeline id may be as long
     as the column, so a long one is shortened and a digest of it keeps run ids apart."""
@@ -92,9 +96,6 @@ _ACTIVE_RUNS = (
         or_(*(models.Run.state == state for state in ACTIVE_STATES)),
     )
     .scalar_subquery()
-)
-_PIPELINE_STATE = select(models.Pipeline.paused, models.Pipeline.error, _ACTIVE_RUNS).where(
-    models.Pipeline.pipeline_id == bindparam("pipeline_id")
 )
 _PIPELINE_STATES = select(
     models.Pipeline.pipeline_id, models.Pipeline.paused, models.Pipeline.error, _ACTIVE_RUNS
@@ -153,8 +154,7 @@ async def pipeline_states(
 
 async def pipeline_state(session: AsyncSession, pipeline_id: str) -> PipelineState:
     """Whether the pipeline is paused, its error, and how many of its runs are active."""
-    row = (await session.execute(_PIPELINE_STATE, {"pipeline_id": pipeline_id})).one_or_none()
-    return PipelineState(None, None, 0) if row is None else PipelineState(*row)
+    return (await pipeline_states(session, [pipeline_id])).get(pipeline_id, NO_ROW)
 
 
 async def record_error(
@@ -211,11 +211,6 @@ async def _queued_keys(
         return set()
     rows = await session.execute(probes, {"keys": sorted(keys), **parameters})
     return {key for key, queued in rows.all() if queued is not None}
-
-
-async def queued_rows(session: AsyncSession, pipeline_id: str) -> list[Queued]:
-    """The queue rows of ``pipeline_id``, oldest first."""
-    return (await queued_rows_of(session, [pipeline_id])).get(pipeline_id, [])
 
 
 async def queued_rows_of(session: AsyncSession, pipeline_ids: list[str]) -> dict[str, list[Queued]]:

@@ -33,6 +33,7 @@ from triggerer.schedules import CronPartitionTimetable
 from triggerer.service import metrics
 from triggerer.service.scheduling.picking import Pick, Queued, describe, is_timed, pick_run
 from triggerer.service.scheduling.schedule_queries import (
+    NO_ROW,
     ConsumedElsewhere,
     NewRun,
     PipelineState,
@@ -251,7 +252,7 @@ class Scheduler:
         states = await pipeline_states(session, [p.pipeline_id for p in pipelines])
         looked: list[tuple[Pipeline, PipelineState, bool]] = []
         for pipeline in pipelines:
-            state = states.get(pipeline.pipeline_id, PipelineState(None, None, 0))
+            state = states.get(pipeline.pipeline_id, NO_ROW)
             if pipeline.condition is None:
                 if pipeline.cron is None:
                     # Manual only: nothing to evaluate, so an error of an earlier schedule is
