@@ -96,11 +96,7 @@ class PipelinesFolder:
         for path in pipeline_files(self.folder, result.errors):
             files[path] = self._load_file(path, on_import)
             result.errors.extend(files[path].errors)
-            for definition in files[path].definitions:
-                if isinstance(definition, Pipeline):
-                    _add_pipeline(dataclasses.replace(definition, fileloc=str(path)), result)
-                else:
-                    _add_condition(definition, result)
+            _collect(files[path].definitions, path, result)
         self._files = files  # files gone from the folder are forgotten
         return result
 
@@ -117,11 +113,7 @@ class PipelinesFolder:
             on_import(path)
         errors: list[LoadError] = []
         module = _import_file(path, self.folder, errors)
-        definitions = (
-            ()
-            if module is None
-            else tuple(v for v in vars(module).values() if isinstance(v, (Pipeline, BaseAsset)))
-        )
+        definitions = () if module is None else _definitions(module)
         return _File(stamp, definitions, tuple(errors))
 
 
@@ -153,7 +145,7 @@ def import_pipeline_file(path: Path) -> dict[str, Pipeline]:
     if module is None:
         raise ImportError(str(errors[0]))
     result = LoadedPipelines()
-    _collect(module, path, result)
+    _collect(_definitions(module), path, result)
     return result.pipelines
 
 
@@ -217,12 +209,20 @@ def _syntax_error(path: Path, origin: str, error: SyntaxError) -> LoadError:
     )
 
 
-def _collect(module: ModuleType, path: Path, result: LoadedPipelines) -> None:
-    for value in vars(module).values():
-        if isinstance(value, Pipeline):
-            _add_pipeline(dataclasses.replace(value, fileloc=str(path)), result)
-        elif isinstance(value, BaseAsset):
-            _add_condition(value, result)
+def _definitions(module: ModuleType) -> tuple[Pipeline | BaseAsset, ...]:
+    """The pipelines and assets a module defines at its top level, in its order."""
+    return tuple(v for v in vars(module).values() if isinstance(v, (Pipeline, BaseAsset)))
+
+
+def _collect(
+    definitions: tuple[Pipeline | BaseAsset, ...], path: Path, result: LoadedPipelines
+) -> None:
+    """Add the ``definitions`` of the file at ``path`` to ``result``."""
+    for definition in definitions:
+        if isinstance(definition, Pipeline):
+            _add_pipeline(dataclasses.replace(definition, fileloc=str(path)), result)
+        else:
+            _add_condition(definition, result)
 
 
 def _add_pipeline(pipeline: Pipeline, result: LoadedPipelines) -> None:
