@@ -403,7 +403,7 @@ async def _failed_trigger(session: AsyncSession, asset: Asset, watcher: str, err
     """A trigger row in state ``failed`` that shows ``error`` for the watcher of ``asset``."""
     classpath = "<unusable>"
     key = trigger_key(classpath, {"asset": [asset.name, asset.uri], "watcher": watcher})
-    trigger_id = await _ensure_trigger(session, key, classpath, {})
+    [trigger_id] = (await _ensure_triggers(session, {key: (classpath, {}, (), "")})).values()
     await session.execute(
         update(models.Trigger)
         .where(models.Trigger.id == trigger_id)
@@ -427,18 +427,6 @@ def _competing(
             )
     sources.update(dict.fromkeys(exclusive, (key, described)))
     return None
-
-
-async def _ensure_trigger(
-    session: AsyncSession, key: str, classpath: str, kwargs: dict[str, object]
-) -> int:
-    trigger_id = await session.scalar(select(models.Trigger.id).where(models.Trigger.key == key))
-    if trigger_id is None:
-        row = models.Trigger(classpath=classpath, kwargs=kwargs, key=key)
-        session.add(row)
-        await session.flush()
-        trigger_id = row.id
-    return trigger_id
 
 
 _DEFINED = (
