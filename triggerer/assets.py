@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from triggerer.crons import validate_cron
+from triggerer.sites import caller_site
 from triggerer.triggers import BaseEventTrigger, check_json
 from triggerer.uri import normalize_uri, validate_name
 
@@ -350,9 +351,13 @@ def lifetimes(condition: BaseAsset) -> dict[Asset | AssetAlias, timedelta]:
 
 
 class AssetWatcher:
-    """Turns the events of ``trigger`` into asset events on the asset that lists it."""
+    """Turns the events of ``trigger`` into asset events on the asset that lists it.
 
-    __slots__ = ("name", "trigger")
+    ``defined_at`` is the file and line that made it, where a trigger that could not be made
+    (an :class:`~triggerer.triggers.UnusableTrigger`) is reported.
+    """
+
+    __slots__ = ("defined_at", "name", "trigger")
 
     def __init__(self, name: str, trigger: BaseEventTrigger) -> None:
         if not isinstance(trigger, BaseEventTrigger):
@@ -362,6 +367,7 @@ class AssetWatcher:
             )
         self.name = validate_name(name)
         self.trigger = trigger
+        self.defined_at = caller_site()
 
     def __repr__(self) -> str:
         return f"AssetWatcher({self.name!r}, {self.trigger!r})"

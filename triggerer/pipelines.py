@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +20,7 @@ from triggerer.schedules import (
     Schedule,
     as_condition,
 )
+from triggerer.sites import Site, caller_site
 
 RunPolicy = Literal["coalesce", "per_event"]
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
@@ -27,21 +30,30 @@ _PIPELINE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
 class Metadata:
     """Yielded by a pipeline function to attach ``extra`` to the outlet event of ``asset``.
 
-    With ``alias``, the event is emitted through that alias (and ``asset`` is added to it).
+    With ``alias`` (an :class:`AssetAlias` or its name), the event is emitted through that
+    alias (and ``asset`` is added to it).
     """
 
     asset: Asset
     extra: dict[str, Any]
     alias: AssetAlias | None = None
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.asset, Asset):
-            raise TypeError(f"Metadata asset must be an Asset, got {type(self.asset).__name__}")
-        json_mapping(self.extra, f"Metadata({self.asset!r}) extra")
-        if self.alias is not None and not isinstance(self.alias, AssetAlias):
+    def __init__(
+        self, asset: Asset, extra: dict[str, Any], alias: AssetAlias | str | None = None
+    ) -> None:
+        if not isinstance(asset, Asset):
+            raise TypeError(f"Metadata asset must be an Asset, got {type(asset).__name__}")
+        json_mapping(extra, f"Metadata({asset!r}) extra")
+        if isinstance(alias, str):
+            alias = AssetAlias(alias)
+        if alias is not None and not isinstance(alias, AssetAlias):
             raise TypeError(
-                f"Metadata alias must be an AssetAlias, got {type(self.alias).__name__}"
+                "Metadata alias must be an AssetAlias or an alias's name, "
+                f"got {type(alias).__name__}"
             )
+        object.__setattr__(self, "asset", asset)
+        object.__setattr__(self, "extra", extra)
+        object.__setattr__(self, "alias", alias)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -71,6 +83,7 @@ class Pipeline:
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     description: str | None = None
     fileloc: str | None = None
+    defined_at: Site | None = None
 
     def __init__(
         self,
@@ -94,7 +107,10 @@ class Pipeline:
         params: dict[str, Any] | None = None,
         description: str | None = None,
         fileloc: str | None = None,
+        defined_at: Site | None = None,
     ) -> None:
+        """``fileloc`` is the pipeline file that holds it (the loader sets it); ``defined_at``
+        the file and line of its definition (by default, the code that calls this)."""
         if not isinstance(pipeline_id, str) or not _PIPELINE_ID.match(pipeline_id):
             raise ValueError(
                 f"pipeline_id {pipeline_id!r} must be 1-250 characters of letters, digits, "
@@ -102,6 +118,8 @@ class Pipeline:
             )
         if (function is None) == (application is None):
             raise TypeError(f"pipeline {pipeline_id!r} needs exactly one of function, application")
+        if function is not None:
+            _check_callable(pipeline_id, function)
         if run_policy not in ("coalesce", "per_event"):
             raise ValueError(
                 f"pipeline {pipeline_id!r}: run_policy={run_policy!r}; "
@@ -176,9 +194,12 @@ class Pipeline:
             "params": dict(params or {}),
             "description": description,
             "fileloc": fileloc,
+            "defined_at": defined_at or caller_site(),
         }
         for field_name, field_value in values.items():
             object.__setattr__(self, field_name, field_value)
+        if _recording is not None:
+            _recording.made.append(self)
 
     @property
     def condition(self) -> BaseAsset | None:
@@ -205,6 +226,25 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<Pipeline {self.pipeline_id!r} schedule={self.schedule}>"
+
+
+def _check_callable(pipeline_id: str, function: Callable[..., Any]) -> None:
+    """A pipeline function is called as ``function(spark, context)``: refuse one that cannot
+    be, when it is defined rather than when it first runs."""
+    if not callable(function):
+        raise TypeError(f"pipeline {pipeline_id!r}: function={function!r} is not callable")
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin or C function without a signature to check
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as error:
+        name = getattr(function, "__name__", repr(function))
+        raise TypeError(
+            f"pipeline {pipeline_id!r}: {name}{signature} cannot be called with the run's "
+            f"(spark, context) ({error}); write it as def {name}(spark, context)"
+        ) from None
 
 
 def _check_timing(
@@ -295,3 +335,34 @@ def pipeline(
         return Pipeline(pipeline_id or function.__name__, function=function, **settings)
 
     return decorate
+
+
+@dataclasses.dataclass
+class Recording:
+    """The pipelines made while one pipeline file is imported, and those it declares."""
+
+    made: list[Pipeline] = dataclasses.field(default_factory=list)
+    declared: list[Pipeline] = dataclasses.field(default_factory=list)
+
+
+_recording: Recording | None = None
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Recording]:
+    """Record the pipelines made and declared until the block ends (the loader, around the
+    import of one file)."""
+    global _recording  # one file is imported at a time
+    outer, _recording = _recording, Recording()
+    try:
+        yield _recording
+    finally:
+        _recording = outer
+
+
+def declare(pipeline: Pipeline) -> None:
+    """Add ``pipeline`` to the pipeline file being imported, as a module-level name holding it
+    would (for definitions that no name holds: a DAG of an Airflow file). Outside the loader's
+    import of a file, nothing happens."""
+    if _recording is not None:
+        _recording.declared.append(pipeline)

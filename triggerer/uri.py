@@ -16,7 +16,7 @@ Names (:func:`validate_name`)
 
 URIs (:func:`normalize_uri`), by scheme
     - No scheme (``orders``, ``//example/asset``) and ``x-`` schemes (in any case): verbatim.
-    - ``triggerer``: reserved, rejected.
+    - ``triggerer`` and ``airflow``: reserved (as Airflow reserves its own), rejected.
     - Known schemes (``s3``, ``gs``, ``file``, ``postgres``/``postgresql``, ``http``, ``https``)
       and plugin schemes: the scheme is lower-cased, the fragment dropped, an empty query
       dropped, query parameters sorted by key (stable, so repeated keys keep their order; the
@@ -47,7 +47,7 @@ Scheme plugins
     :class:`~urllib.parse.SplitResult` after the common normalisation above and returns the
     canonical one, raising :class:`ValueError` (reported as :class:`InvalidAssetUri`) to reject
     it. Entry points are discovered once and each is imported the first time its scheme is seen.
-    Built-in schemes win: a plugin for a built-in, ``x-`` or the reserved scheme is ignored with
+    Built-in schemes win: a plugin for a built-in, ``x-`` or a reserved scheme is ignored with
     an :class:`AssetUriWarning`, because changing a canonical form would split assets already
     stored under it.
 """
@@ -81,7 +81,7 @@ SCHEME_PLUGIN_GROUP = "triggerer.asset_uri_schemes"
 SchemeNormalizer = Callable[[SplitResult], SplitResult]
 """What a scheme plugin's entry point loads: validates and normalises one split URI."""
 
-_RESERVED_SCHEME = "triggerer"
+_RESERVED_SCHEMES = frozenset({"triggerer", "airflow"})
 _RESERVED_NAMES = frozenset({"self", "context"})
 # The scheme grammar of RFC 3986, which is also what urlsplit recognises as a scheme.
 _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
@@ -125,9 +125,9 @@ def normalize_uri(uri: str) -> str:
         if redacted is not None:
             shown = _show(f"{scheme}://{redacted}{rest}")
         rest = f"//{netloc}{rest}"
-    if scheme == _RESERVED_SCHEME:
+    if scheme in _RESERVED_SCHEMES:
         raise InvalidAssetUri(
-            f"asset URI {shown} uses the reserved scheme {_RESERVED_SCHEME!r}: "
+            f"asset URI {shown} uses the reserved scheme {scheme!r}: "
             "use another scheme, e.g. x-<name>:// for your own identifiers"
         )
     if redacted is not None:
@@ -340,13 +340,13 @@ def _scheme_entry_points() -> dict[str, EntryPoint]:
     found: dict[str, EntryPoint] = {}
     for entry_point in entry_points(group=SCHEME_PLUGIN_GROUP):
         scheme = entry_point.name.lower()
-        if scheme in _BUILTIN_SCHEMES or scheme == _RESERVED_SCHEME or scheme.startswith("x-"):
+        if scheme in _BUILTIN_SCHEMES or scheme in _RESERVED_SCHEMES or scheme.startswith("x-"):
             warnings.warn(
                 AssetUriWarning(
                     f"ignoring the {SCHEME_PLUGIN_GROUP} entry point {entry_point.name!r} "
                     f"({entry_point.value}): the scheme {scheme!r} is built in or reserved, "
                     f"and built-in rules win; plugins may add schemes other than "
-                    f"{sorted(_BUILTIN_SCHEMES)}, {_RESERVED_SCHEME!r} and x-*"
+                    f"{sorted(_BUILTIN_SCHEMES)}, {sorted(_RESERVED_SCHEMES)} and x-*"
                 ),
                 stacklevel=2,
             )

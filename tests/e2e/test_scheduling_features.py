@@ -227,8 +227,9 @@ def ship(spark, context):
     context.outlet_events[shipped].add(eu, extra={"rows": rows})
     # The same asset with the same extra through a second alias: still one event.
     context.outlet_events[audited].add(eu, extra={"rows": rows})
-    # An asset no pipeline file names: created by the run.
-    yield Metadata(Asset("s3://lake/us"), {"rows": 5}, alias=shipped)
+    # An asset no pipeline file names: created by the run (through the alias given by name,
+    # as Airflow takes it).
+    yield Metadata(Asset("s3://lake/us"), {"rows": 5}, alias="shipped")
 
 
 @pipeline(schedule=shipped, outlets=[report], params={"audience": "eu"})

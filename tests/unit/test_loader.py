@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from triggerer import Asset, AssetAlias
-from triggerer.service.loader import TRACEBACK_FRAMES, LoadError, PipelinesFolder, load_pipelines
+from triggerer.service.loader import (
+    TRACEBACK_FRAMES,
+    LoadError,
+    PipelinesFolder,
+    load_paths,
+    load_pipelines,
+)
 
 PIPELINE = """
 from triggerer import Asset, pipeline
@@ -437,3 +443,123 @@ def test_watchers_merged_across_files_leave_each_files_assets_as_written(tmp_pat
     _write(tmp_path, "b.py", trigger.format(watchers=""))
     os.utime(tmp_path / "b.py", ns=(1, 1))  # a changed stamp, whatever the clock's resolution
     assert [w.name for w in folder.load().assets[Asset("watched")].watchers] == ["w1"]
+
+
+def test_duplicate_pipeline_id_names_both_lines(tmp_path: Path) -> None:
+    first = _write(tmp_path, "a.py", "\n" + PIPELINE.format(pid="dup", out="from_a"))
+    second = _write(tmp_path, "b.py", PIPELINE.format(pid="dup", out="from_b"))
+    [error] = load_pipelines(tmp_path).errors
+    assert (error.path, error.line) == (str(second), 6)
+    assert error.message == (
+        f"pipeline id 'dup' is already defined at {first}:7; ids must be unique "
+        "(this definition is ignored)"
+    )
+
+
+def test_a_pipeline_hidden_by_a_second_definition_of_its_name_is_an_error(
+    tmp_path: Path,
+) -> None:
+    path = _write(
+        tmp_path,
+        "a.py",
+        """
+        from triggerer import pipeline
+
+        @pipeline(pipeline_id="kept")
+        def job(spark, context):
+            pass
+
+        @pipeline(pipeline_id="other")
+        def other(spark, context):
+            pass
+
+        if True:
+            def job():  # the name taken again: the pipeline "kept" would vanish
+                return 1
+        """,
+    )
+    result = load_pipelines(tmp_path)
+    assert list(result.pipelines) == ["other"]
+    assert [(e.path, e.line, e.message) for e in result.errors] == [
+        (
+            str(path),
+            4,
+            "pipeline 'kept' (line 4) is hidden: the name 'job' is defined again at line 13, "
+            "so the file no longer holds the pipeline; give one of them another name",
+        )
+    ]
+
+
+def test_a_pipeline_held_by_no_name_is_an_error(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "a.py",
+        """
+        from triggerer import Pipeline
+
+        jobs = [Pipeline(f"job_{n}", application="job.py") for n in range(1)]
+        """,
+    )
+    [error] = load_pipelines(tmp_path).errors
+    assert (error.path, error.line) == (str(path), 4)
+    assert error.message == (
+        "pipeline 'job_0' made at line 4 is held by no module-level name, so it would not be "
+        "loaded; assign it to one"
+    )
+
+
+def test_declared_pipelines_are_loaded_with_the_named_ones(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        "a.py",
+        """
+        from triggerer import Pipeline
+        from triggerer.pipelines import declare
+
+        named = Pipeline("named", application="job.py")
+        declare(named)  # already held: loaded once
+        for n in range(2):
+            declare(Pipeline(f"declared_{n}", application="job.py"))
+        """,
+    )
+    result = load_pipelines(tmp_path)
+    assert result.errors == []
+    assert list(result.pipelines) == ["named", "declared_0", "declared_1"]
+
+
+def test_a_watcher_whose_trigger_cannot_be_made_is_an_error_at_its_line(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "a.py",
+        """
+        from triggerer import Asset, AssetWatcher
+        from watchers import MessageQueueTrigger
+
+        orders = Asset(
+            "orders",
+            watchers=[AssetWatcher("orders_queue", MessageQueueTrigger("kafak://b:9092/t"))],
+        )
+        """,
+    )
+    result = load_pipelines(tmp_path)
+    [error] = result.errors
+    assert (error.path, error.line) == (str(path), 7)
+    assert error.message.startswith(
+        "watcher 'orders_queue' of asset 'orders': queue 'kafak://b:9092/t' has no supported "
+        "scheme; supported: amqp,"
+    )
+    # The daemon still shows the watcher failed with the error, as before.
+    assert [w.name for w in result.assets[Asset("orders")].watchers] == ["orders_queue"]
+
+
+def test_load_paths_takes_files_and_folders_together(tmp_path: Path) -> None:
+    one = _write(tmp_path / "one", "a.py", PIPELINE.format(pid="dup", out="x"))
+    two = _write(tmp_path / "two", "b.py", PIPELINE.format(pid="dup", out="y"))
+    _write(tmp_path / "two", "c.py", PIPELINE.format(pid="c", out="z"))
+    result = load_paths([tmp_path / "one", two, tmp_path / "missing"])
+    assert list(result.pipelines) == ["dup"]
+    assert result.pipelines["dup"].fileloc == str(one)
+    assert [(e.path, e.line) for e in result.errors] == [
+        (str(two), 6),
+        (str(tmp_path / "missing"), None),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from datetime import date, timedelta
 from typing import Any
 
@@ -310,8 +311,58 @@ def test_metadata_asset_must_be_an_asset() -> None:
 
 
 def test_metadata_alias_must_be_an_alias() -> None:
-    with pytest.raises(TypeError, match="Metadata alias must be an AssetAlias, got Asset"):
+    with pytest.raises(
+        TypeError, match="Metadata alias must be an AssetAlias or an alias's name, got Asset"
+    ):
         Metadata(report, {}, alias=orders)  # type: ignore[arg-type]
+
+
+def test_metadata_alias_may_be_named() -> None:
+    assert Metadata(report, {}, alias="al").alias == AssetAlias("al")
+
+
+@pytest.mark.parametrize(
+    ("function", "reason"),
+    [
+        (lambda: None, "too many positional arguments"),
+        (lambda spark: None, "too many positional arguments"),
+        (lambda spark, context, table: None, "missing a required argument: 'table'"),
+        (lambda *, spark, context: None, "too many positional arguments"),
+    ],
+)
+def test_a_function_that_cannot_take_spark_and_context_is_refused_when_defined(
+    function: Any, reason: str
+) -> None:
+    message = (
+        rf"^pipeline 'p': <lambda>\(.*\) cannot be called with the run's \(spark, context\) "
+        rf"\({reason}\); write it as def <lambda>\(spark, context\)$"
+    )
+    with pytest.raises(TypeError, match=message):
+        Pipeline("p", function=function)
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        lambda spark, context: None,
+        lambda *args: None,
+        lambda spark, context, table="t": None,
+        lambda spark, /, context, **options: None,
+        print,
+    ],
+)
+def test_a_function_that_can_take_spark_and_context_is_accepted(function: Any) -> None:
+    assert Pipeline("p", function=function).function is function
+
+
+def test_a_pipeline_knows_the_line_that_defined_it() -> None:
+    @pipeline()
+    def defined_here(spark: object, context: object) -> None:
+        pass
+
+    line = sys._getframe().f_lineno - 4  # the decorator's
+    assert defined_here.defined_at == (__file__, line)
+    assert Pipeline("p", function=print, defined_at=("f.py", 3)).defined_at == ("f.py", 3)
 
 
 @pytest.mark.parametrize("extra", ["row_count=3", {"when": object()}])

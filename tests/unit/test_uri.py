@@ -168,6 +168,8 @@ def test_normalize_uri_is_idempotent(uri: str) -> None:
         ("triggerer://x", "reserved scheme 'triggerer'"),
         ("TRIGGERER:x", "reserved scheme 'triggerer'"),
         ("triggerer:", "reserved scheme 'triggerer'"),
+        ("airflow://x", "reserved scheme 'airflow'"),
+        ("Airflow:x", "reserved scheme 'airflow'"),
         ("s3://", "needs a bucket: write s3://<bucket>/<key>"),
         ("s3:///k", "needs a bucket"),
         ("s3:b/k", "needs a bucket"),
@@ -486,7 +488,7 @@ def test_plugins_load_lazily_and_once(
         normalize_uri("broken://x")
 
 
-@pytest.mark.parametrize("scheme", ["s3", "postgresql", "FILE", "triggerer", "x-mine"])
+@pytest.mark.parametrize("scheme", ["s3", "postgresql", "FILE", "triggerer", "airflow", "x-mine"])
 def test_plugin_cannot_take_a_builtin_or_reserved_scheme(
     install_plugins: list[tuple[str, str]], scheme: str
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import hashlib
@@ -9,14 +10,15 @@ import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
 import structlog
 
-from triggerer.assets import Asset, AssetAlias, BaseAsset
-from triggerer.pipelines import Pipeline
+from triggerer.assets import Asset, AssetAlias, AssetWatcher, BaseAsset
+from triggerer.pipelines import Pipeline, Recording, recording
+from triggerer.triggers import UnusableTrigger
 
 log = structlog.get_logger(__name__)
 
@@ -111,10 +113,28 @@ class PipelinesFolder:
             return known
         if on_import is not None:
             on_import(path)
-        errors: list[LoadError] = []
-        module = _import_file(path, self.folder, errors)
-        definitions = () if module is None else _definitions(module)
-        return _File(stamp, definitions, tuple(errors))
+        definitions, errors = _read_file(path, self.folder)
+        return _File(stamp, definitions, errors)
+
+
+def load_paths(paths: Sequence[Path]) -> LoadedPipelines:
+    """What the pipeline files at ``paths`` (files, or folders of them) define together,
+    each read as the daemon reads its folder; a file given alone has its own folder on the
+    import path."""
+    result = LoadedPipelines()
+    for given in paths:
+        if given.is_dir():
+            files = [(path, given) for path in pipeline_files(given, result.errors)]
+        elif given.is_file():
+            files = [(given, given.parent)]
+        else:
+            result.errors.append(LoadError(str(given), None, "no such file or folder"))
+            continue
+        for path, folder in files:
+            definitions, errors = _read_file(path, folder)
+            result.errors.extend(errors)
+            _collect(definitions, path, result)
+    return result
 
 
 def pipeline_files(folder: Path, errors: list[LoadError] | None = None) -> list[Path]:
@@ -141,12 +161,29 @@ def pipeline_files(folder: Path, errors: list[LoadError] | None = None) -> list[
 def import_pipeline_file(path: Path) -> dict[str, Pipeline]:
     """The pipelines one file defines; an import error propagates (used by a run's process)."""
     errors: list[LoadError] = []
-    module = _import_file(path, path.parent, errors)
+    with recording() as recorded:
+        module = _import_file(path, path.parent, errors)
     if module is None:
         raise ImportError(str(errors[0]))
     result = LoadedPipelines()
-    _collect(_definitions(module), path, result)
+    _collect(_definitions(module, recorded), path, result)
     return result.pipelines
+
+
+def _read_file(
+    path: Path, folder: Path
+) -> tuple[tuple[Pipeline | BaseAsset, ...], tuple[LoadError, ...]]:
+    """Import one file: what it defines, and why the daemon would refuse part of it."""
+    errors: list[LoadError] = []
+    with recording() as recorded:
+        module = _import_file(path, folder, errors)
+    if module is None:
+        return (), tuple(errors)
+    definitions = _definitions(module, recorded)
+    origin = module.__file__ or str(path)
+    errors += _hidden_pipelines(path, origin, recorded, definitions)
+    errors += _unusable_watchers(path, origin, definitions)
+    return definitions, tuple(errors)
 
 
 def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleType | None:
@@ -209,9 +246,127 @@ def _syntax_error(path: Path, origin: str, error: SyntaxError) -> LoadError:
     )
 
 
-def _definitions(module: ModuleType) -> tuple[Pipeline | BaseAsset, ...]:
-    """The pipelines and assets a module defines at its top level, in its order."""
-    return tuple(v for v in vars(module).values() if isinstance(v, (Pipeline, BaseAsset)))
+def _definitions(module: ModuleType, recorded: Recording) -> tuple[Pipeline | BaseAsset, ...]:
+    """The pipelines and assets a module defines at its top level, in its order, then the
+    pipelines it declared (:func:`triggerer.pipelines.declare`)."""
+    named = tuple(v for v in vars(module).values() if isinstance(v, (Pipeline, BaseAsset)))
+    held = {id(definition) for definition in named}
+    return named + tuple(p for p in recorded.declared if id(p) not in held)
+
+
+def _hidden_pipelines(
+    path: Path, origin: str, recorded: Recording, definitions: tuple[Pipeline | BaseAsset, ...]
+) -> list[LoadError]:
+    """The pipelines the file made and no longer holds: a second definition of one name at
+    module level took the name of the first (the first would vanish without a word)."""
+    held = {id(definition) for definition in definitions}
+    errors = []
+    for pipeline in recorded.made:
+        if id(pipeline) in held or pipeline.defined_at is None:
+            continue
+        made_in, line = pipeline.defined_at
+        if made_in != origin:  # a helper module's pipeline: its own file holds it or not
+            continue
+        name = getattr(pipeline.function, "__name__", None)
+        again = None if name is None else _bound_again(origin, name, line)
+        if again is None:
+            message = (
+                f"pipeline {pipeline.pipeline_id!r} made at line {line} is held by no "
+                "module-level name, so it would not be loaded; assign it to one"
+            )
+        else:
+            message = (
+                f"pipeline {pipeline.pipeline_id!r} (line {line}) is hidden: the name {name!r} "
+                f"is defined again at line {again}, so the file no longer holds the pipeline; "
+                "give one of them another name"
+            )
+        errors.append(LoadError(str(path), line, message))
+    return errors
+
+
+def _bound_again(origin: str, name: str, line: int) -> int | None:
+    """The first line after ``line`` where the module at ``origin`` binds ``name`` at its top
+    level, if it does (read only for a hidden pipeline's message)."""
+    try:
+        tree = ast.parse(Path(origin).read_bytes(), origin)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    starts = sorted(start for bound, start in _top_level_bindings(tree.body) if bound == name)
+    later = [start for start in starts if start > line]
+    return later[0] if later else None
+
+
+def _top_level_bindings(body: list[ast.stmt]) -> Iterator[tuple[str, int]]:
+    """Each module-level name a statement of ``body`` binds, with the line its statement
+    starts at (a decorated definition's first decorator), into ``if``/``try``/``with``/
+    ``for`` blocks but not into functions or classes."""
+    for statement in body:
+        start = statement.lineno
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            decorators = [decorator.lineno for decorator in statement.decorator_list]
+            yield statement.name, min([start, *decorators])
+            continue
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            for alias in statement.names:
+                yield (alias.asname or alias.name.split(".")[0]), start
+            continue
+        targets: list[ast.expr] = []
+        if isinstance(statement, ast.Assign):
+            targets = statement.targets
+        elif isinstance(statement, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+            targets = [statement.target]
+        for target in targets:
+            yield from ((name, start) for name in _assigned(target))
+        blocks = [getattr(statement, block, []) for block in ("body", "orelse", "finalbody")]
+        blocks += [handler.body for handler in getattr(statement, "handlers", [])]
+        for block in blocks:
+            yield from _top_level_bindings(block)
+
+
+def _assigned(target: ast.expr) -> Iterator[str]:
+    """The names an assignment to ``target`` binds (``a``, ``a, *b``; not ``a[k]``, ``a.b``)."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for item in target.elts:
+            yield from _assigned(item)
+    elif isinstance(target, ast.Starred):
+        yield from _assigned(target.value)
+
+
+def _unusable_watchers(
+    path: Path, origin: str, definitions: tuple[Pipeline | BaseAsset, ...]
+) -> list[LoadError]:
+    """A watcher whose trigger could not be made (an unknown queue scheme, a bad URI or
+    option): the daemon would fail it when it starts, so the file reports it now."""
+    errors = []
+    seen: set[int] = set()
+    for definition in definitions:
+        for asset in definition.iter_assets():
+            for watcher in asset.watchers:
+                if id(watcher) in seen or not isinstance(watcher.trigger, UnusableTrigger):
+                    continue
+                seen.add(id(watcher))
+                line, where = _site_in(origin, watcher)
+                errors.append(
+                    LoadError(
+                        str(path),
+                        line,
+                        f"watcher {watcher.name!r} of asset {asset.name!r}{where}: "
+                        f"{watcher.trigger.error}",
+                    )
+                )
+    return errors
+
+
+def _site_in(origin: str, watcher: AssetWatcher) -> tuple[int | None, str]:
+    """The line of ``watcher`` in the file at ``origin``, or where else it was made."""
+    if watcher.defined_at is None:
+        return None, ""
+    made_in, line = watcher.defined_at
+    if made_in == origin:
+        return line, ""
+    return None, f" (made at {made_in}:{line})"
 
 
 def _collect(
@@ -231,12 +386,14 @@ def _add_pipeline(pipeline: Pipeline, result: LoadedPipelines) -> None:
         # The same definition imported into a second file is not a second pipeline.
         reexported = _source(existing) == _source(pipeline)
         if not reexported:
+            first_line = _line_in_own_file(existing)
+            first = f"{existing.fileloc}:{first_line}" if first_line else existing.fileloc
             result.errors.append(
                 LoadError(
                     str(pipeline.fileloc),
-                    None,
-                    f"pipeline id {pipeline.pipeline_id!r} is already defined in "
-                    f"{existing.fileloc}; ids must be unique (this definition is ignored)",
+                    _line_in_own_file(pipeline),
+                    f"pipeline id {pipeline.pipeline_id!r} is already defined at {first}; "
+                    "ids must be unique (this definition is ignored)",
                 )
             )
         return
@@ -249,12 +406,20 @@ def _add_pipeline(pipeline: Pipeline, result: LoadedPipelines) -> None:
         _add_condition(inlet, result)
 
 
-def _source(pipeline: Pipeline) -> tuple[str, int] | str | None:
-    """Where a pipeline was defined: the same function imported twice has one source."""
-    if pipeline.function is not None:
-        code = pipeline.function.__code__
-        return code.co_filename, code.co_firstlineno
-    return pipeline.application
+def _source(pipeline: Pipeline) -> tuple[object, ...]:
+    """Where a pipeline was defined: the same definition imported twice has one source."""
+    code = getattr(pipeline.function, "__code__", None)
+    if code is not None:
+        return pipeline.defined_at, code.co_filename, code.co_firstlineno
+    return pipeline.defined_at, pipeline.application
+
+
+def _line_in_own_file(pipeline: Pipeline) -> int | None:
+    """The line of ``pipeline``'s definition, when it is in the file that holds it."""
+    if pipeline.defined_at is None or pipeline.fileloc is None:
+        return None
+    made_in, line = pipeline.defined_at
+    return line if made_in == os.path.abspath(pipeline.fileloc) else None
 
 
 def _add_condition(condition: BaseAsset, result: LoadedPipelines) -> None:

@@ -1,12 +1,13 @@
 """``triggerer pipelines``: list them, pause and unpause one, queue a manual run, try a schedule
-on events given in a file."""
+on events given in a file, check pipeline files before they are deployed."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triggerer.service.cli.output import listing, say
+from triggerer.service.cli.output import listing, say, table
 from triggerer.service.cli.store import CliError, with_session
 from triggerer.service.cli.verbs import verb
 
@@ -46,6 +47,21 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "file", help='one event per line: {"asset": NAME_OR_URI, "at": ISO_TIME, "extra": {...}}'
     )
     simulate.add_argument("--json", action="store_true", help="the runs as one JSON array")
+    check = verb(
+        pipelines,
+        "check",
+        _check,
+        "load pipeline files as the daemon would (no daemon, store or Spark): exit 1 on an error",
+        reads=True,
+    )
+    check.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        type=Path,
+        help="pipeline files or folders (default: the configured pipelines folder)",
+    )
+    check.add_argument("--json", action="store_true", help="pipelines and errors as JSON")
 
 
 PIPELINE_COLUMNS = ("pipeline_id", "schedule", "progress", "paused", "active", "fileloc", "error")
@@ -154,6 +170,35 @@ async def _simulate(settings: Settings, arguments: argparse.Namespace) -> int:
         f"still queued: {_numbers(lines_of(result.waiting))} (lines counted from 0)"
     )
     return 0
+
+
+async def _check(settings: Settings, arguments: argparse.Namespace) -> int:
+    """Load the files as the daemon loads its folder, with the same checks, and print what
+    they define and every error, with its file and line."""
+    from triggerer.service.loader import load_paths
+
+    loaded = load_paths(arguments.paths or [settings.pipelines.dir])
+    pipelines = [
+        {
+            "pipeline_id": pipeline.pipeline_id,
+            "file": pipeline.fileloc,
+            "schedule": str(pipeline.schedule) if pipeline.schedule is not None else "manual",
+        }
+        for pipeline in loaded.pipelines.values()
+    ]
+    errors = [
+        {"file": error.path, "line": error.line, "message": error.message}
+        for error in loaded.errors
+    ]
+    if arguments.json:
+        say(json.dumps({"pipelines": pipelines, "errors": errors}))
+    else:
+        if pipelines:
+            table(pipelines)
+        for error in loaded.errors:
+            say(f"error: {error}")
+        say(f"{len(pipelines)} pipeline(s), {len(errors)} error(s)")
+    return 1 if errors else 0
 
 
 def _numbers(numbers: list[int]) -> str:
