@@ -15,6 +15,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service.api.group_commit import GroupCommit
+from triggerer.service.principals import ANONYMOUS, Principal, token_principal
 
 if TYPE_CHECKING:
     from triggerer.service.config import Settings
@@ -64,16 +65,24 @@ _bearer = HTTPBearer(auto_error=False, description="a token of [api] tokens")
 async def authorized(
     context: Context,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """Let the request through when no tokens are configured or it bears one of them."""
+) -> Principal:
+    """The caller: anyone when no tokens are configured, else the bearer of one of them."""
     tokens = context.settings.api.tokens
-    if tokens and not _matches(tokens, credentials.credentials if credentials else ""):
+    if not tokens:
+        return ANONYMOUS
+    index = _match(tokens, credentials.credentials if credentials else "")
+    if index is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "missing or invalid bearer token: send 'Authorization: Bearer <token>' with a "
             "token of [api] tokens",
             headers={"WWW-Authenticate": "Bearer"},
         )
+    return token_principal(index)
+
+
+Caller = Annotated[Principal, Depends(authorized)]
+"""The principal making the request (a route's parameter), after the token check."""
 
 
 def bears_token(tokens: tuple[str, ...], authorization: str | None) -> bool:
@@ -82,11 +91,12 @@ def bears_token(tokens: tuple[str, ...], authorization: str | None) -> bool:
     scheme, credentials = get_authorization_scheme_param(authorization)
     if not (scheme and credentials) or scheme.lower() != "bearer":
         return False
-    return _matches(tokens, credentials)
+    return _match(tokens, credentials) is not None
 
 
-def _matches(tokens: tuple[str, ...], credentials: str) -> bool:
+def _match(tokens: tuple[str, ...], credentials: str) -> int | None:
+    """The index of the token ``credentials`` is, if one."""
     given = credentials.encode()
     # Every token is compared, each in constant time, so timing tells nothing about them.
     matches = [hmac.compare_digest(given, token.encode()) for token in tokens]
-    return any(matches)
+    return matches.index(True) if any(matches) else None
