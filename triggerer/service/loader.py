@@ -15,6 +15,7 @@ from types import ModuleType
 
 import structlog
 
+from triggerer.airflow import install as install_airflow_shim
 from triggerer.assets import Asset, AssetAlias, BaseAsset
 from triggerer.pipelines import Pipeline, Recording, recording
 from triggerer.service.file_checks import hidden_pipelines, unusable_watchers
@@ -199,6 +200,8 @@ def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleTyp
     # The folder is importable so pipeline files can share helper modules.
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
+    # An Airflow file's `import airflow...` finds triggerer's shim, checked for this file.
+    install_airflow_shim()
     try:
         spec.loader.exec_module(module)
     except SyntaxError as error:

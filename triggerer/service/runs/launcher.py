@@ -299,7 +299,7 @@ class Launcher:
         shipper: LogShipper,
         try_number: int,
         timeout_s: float | None,
-        inlets: Sequence[Asset],
+        inlets: Sequence[Asset | AssetAlias],
     ) -> Ended:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
