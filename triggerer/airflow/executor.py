@@ -4,12 +4,14 @@ by the names of its parameters."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import contextvars
 import dataclasses
 import inspect
 import signal
 import sys
+import textwrap
 import threading
 import typing
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -380,6 +382,8 @@ def check_call(
     except TypeError as error:
         raise TypeError(f"{owner}: {error}") from None
     for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            _check_reads(owner, function, parameter.name)
         if parameter.name in bound or parameter.kind in (
             parameter.VAR_POSITIONAL,
             parameter.VAR_KEYWORD,
@@ -396,6 +400,47 @@ def check_call(
             and parameter.name not in extra
         ):
             raise TypeError(f"{owner}: missing a required argument: {parameter.name!r}")
+
+
+def _check_reads(owner: str, function: Callable[..., Any], kwargs_name: str) -> None:
+    """Refuse a read of context a run does not have from the function's ``**kwargs``
+    (``context["ds"]``, ``context.get("ds")``) or from ``get_current_context()``: the first
+    fails only when the run gets there, the second goes on with ``None``."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return  # no source to read (a lambda in an expression, a builtin): checked at run time
+    for node in ast.walk(tree):
+        key = _key_read(node, kwargs_name)
+        if key in UNPROVIDED:
+            raise NotSupported(
+                f"{owner}: reading {key!r} from the context (line {node.lineno} of the function)",
+                f"a triggerer run has no {key!r}: {UNPROVIDED[key]}",
+            )
+
+
+def _key_read(node: ast.AST, name: str) -> str | None:
+    """The constant key ``node`` reads from the context: ``name[KEY]``, ``name.get(KEY)``,
+    ``get_current_context()[KEY]``."""
+    target: ast.AST | None = None
+    key: ast.AST | None = None
+    if isinstance(node, ast.Subscript):
+        target, key = node.value, node.slice
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+    ):
+        target, key = node.func.value, node.args[0]
+    is_context = (isinstance(target, ast.Name) and target.id == name) or (
+        isinstance(target, ast.Call)
+        and isinstance(target.func, ast.Name)
+        and target.func.id == "get_current_context"
+    )
+    if is_context and isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return key.value
+    return None
 
 
 @contextlib.contextmanager

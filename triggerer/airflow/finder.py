@@ -186,7 +186,7 @@ class AirflowFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             check_file(importer)  # the file's first Airflow import since it started loading
         provided = MODULES.get(fullname)
         if provided is None:
-            raise ModuleNotProvided(fullname)
+            raise ModuleNotProvided(_requested(sys._getframe(1), fullname))
         return importlib.machinery.ModuleSpec(fullname, self, is_package=provided.package)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
@@ -244,6 +244,18 @@ def _importer(frame: FrameType | None) -> str | None:
             return filename
         frame = frame.f_back
     return None
+
+
+def _requested(frame: FrameType | None, fullname: str) -> str:
+    """The module the import statement asked for (``a.b.c``), of which ``fullname`` (``a.b``)
+    is the first part not found: the import machinery's outermost frame names it."""
+    requested = fullname
+    while frame is not None:
+        name = frame.f_locals.get("name") if frame.f_code.co_name == "_find_and_load" else None
+        if isinstance(name, str) and name.startswith(f"{fullname}."):
+            requested = name
+        frame = frame.f_back
+    return requested
 
 
 _FINDER = AirflowFinder()
