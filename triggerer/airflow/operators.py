@@ -225,24 +225,23 @@ def _stream(
     """Run the command, copying its output (stderr with stdout) into the run's log; its last
     line and exit code."""
     last = ""
-    process = subprocess.Popen(  # noqa: S603 - the user's command, run as Airflow runs it
+    with subprocess.Popen(  # noqa: S603 - the user's command, run as Airflow runs it
         [bash, "-c", command],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=environment,
         cwd=cwd,
-    )
-    try:
-        assert process.stdout is not None  # noqa: S101 - asked for with PIPE
-        for raw in process.stdout:
-            last = raw.decode(encoding, errors="backslashreplace").rstrip("\n")
-            sys.stdout.write(last + "\n")
-            sys.stdout.flush()
-        return last, process.wait()
-    finally:
-        if process.poll() is None:  # a timeout in the middle: the command goes too
-            process.kill()
-            process.wait()
+    ) as process:
+        try:
+            assert process.stdout is not None  # noqa: S101 - asked for with PIPE
+            for raw in process.stdout:
+                last = raw.decode(encoding, errors="backslashreplace").rstrip("\n")
+                sys.stdout.write(last + "\n")
+                sys.stdout.flush()
+            return last, process.wait()
+        finally:
+            if process.poll() is None:  # a timeout in the middle: the command goes too
+                process.kill()
 
 
 def _airflow_variables(context: Mapping[str, Any]) -> dict[str, str]:
