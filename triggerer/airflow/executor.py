@@ -412,7 +412,7 @@ def _check_reads(owner: str, function: Callable[..., Any], kwargs_name: str) -> 
         return  # no source to read (a lambda in an expression, a builtin): checked at run time
     for node in ast.walk(tree):
         key = _key_read(node, kwargs_name)
-        if key in UNPROVIDED:
+        if key in UNPROVIDED and isinstance(node, (ast.Subscript, ast.Call)):
             raise NotSupported(
                 f"{owner}: reading {key!r} from the context (line {node.lineno} of the function)",
                 f"a triggerer run has no {key!r}: {UNPROVIDED[key]}",
