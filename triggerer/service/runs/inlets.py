@@ -43,16 +43,21 @@ MAX_REQUEST_BYTES = 64 * 1024
 
 @asynccontextmanager
 async def serving(
-    sessions: async_sessionmaker[AsyncSession], inlets: Sequence[Asset]
+    sessions: async_sessionmaker[AsyncSession] | None,
+    inlets: Sequence[Asset],
+    unavailable: str = "",
 ) -> AsyncIterator[str]:
-    """Serve the events of ``inlets`` for the body of ``async with``; yields the socket's path."""
+    """Serve the events of ``inlets`` for the body of ``async with``; yields the socket's path.
+    Without ``sessions`` (``pipelines test`` with no store to read), the answer for every inlet
+    is the error ``unavailable``, which the run raises when it reads one."""
     # mkdtemp makes the folder mode 0700: another user cannot reach the socket in it. /tmp
     # rather than the run's folder, since a socket's path is limited to 107 bytes.
     folder = Path(await anyio.to_thread.run_sync(partial(tempfile.mkdtemp, prefix="triggerer-")))
     try:
         path = folder / "inlets.sock"
         listener = await anyio.create_unix_listener(path)
-        answer = partial(_answer, sessions, {SpecAsset(asset.name, asset.uri) for asset in inlets})
+        known = {SpecAsset(asset.name, asset.uri) for asset in inlets}
+        answer = partial(_answer, sessions, known, unavailable)
         async with listener, anyio.create_task_group() as serving:
             serving.start_soon(listener.serve, answer)
             yield str(path)
@@ -62,11 +67,15 @@ async def serving(
 
 
 async def _answer(
-    sessions: async_sessionmaker[AsyncSession], inlets: set[SpecAsset], stream: SocketStream
+    sessions: async_sessionmaker[AsyncSession] | None,
+    inlets: set[SpecAsset],
+    unavailable: str,
+    stream: SocketStream,
 ) -> None:
     async with stream:
         try:
-            answer = await _answer_to(sessions, inlets, BufferedByteReceiveStream(stream))
+            request = BufferedByteReceiveStream(stream)
+            answer = await _answer_to(sessions, inlets, unavailable, request)
             if answer is not None:
                 # A large answer is encoded off the event loop: ingest goes on meanwhile.
                 await stream.send(await anyio.to_thread.run_sync(msgspec.json.encode, answer))
@@ -77,8 +86,9 @@ async def _answer(
 
 
 async def _answer_to(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: async_sessionmaker[AsyncSession] | None,
     inlets: set[SpecAsset],
+    unavailable: str,
     request: BufferedByteReceiveStream,
 ) -> InletAnswer | None:
     """The answer to the request on ``request``; ``None`` when it is no request at all."""
@@ -92,6 +102,8 @@ async def _answer_to(
         return InletAnswer(error=f"not an inlet request: {error}")
     if asset not in inlets:
         return InletAnswer(error=f"{asset.name!r} ({asset.uri}) is not an inlet of this pipeline")
+    if sessions is None:
+        return InletAnswer(error=unavailable)
     try:
         return InletAnswer(events=await _events(sessions, asset))
     except STORE_ERRORS as error:
