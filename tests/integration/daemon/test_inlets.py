@@ -1,6 +1,7 @@
 """A run's inlet events, served by the daemon on the real store: the pipeline's inlets are
 answered (an alias with the events emitted through it), others refused, and a run that goes
-away before its answer (a timeout, a cancel) leaves the daemon serving the next one."""
+away before its answer (a timeout, a cancel) leaves the daemon serving the next one. Without a
+store (``pipelines test`` when it cannot read one), each inlet's answer is the reason."""
 
 from __future__ import annotations
 
@@ -102,3 +103,14 @@ async def _ask(path: str, inlet: Asset | AssetAlias) -> InletAnswer:
         except anyio.EndOfStream:
             pass
     return msgspec.json.decode(b"".join(chunks), type=InletAnswer)
+
+
+async def test_without_a_store_each_inlet_is_answered_with_the_reason() -> None:
+    """As ``pipelines test`` serves them when the configured store cannot be read."""
+    async with serving(None, [ORDERS], "no database at /x.db") as path:
+        with anyio.fail_after(60):
+            refused = await _ask(path, Asset("payments", "s3://lake/payments"))
+            answered = await _ask(path, ORDERS)
+    assert refused.error is not None
+    assert "'payments' (s3://lake/payments) is not an inlet" in refused.error
+    assert answered == InletAnswer(error="no database at /x.db")

@@ -45,16 +45,21 @@ MAX_REQUEST_BYTES = 64 * 1024
 
 @asynccontextmanager
 async def serving(
-    sessions: async_sessionmaker[AsyncSession], inlets: Sequence[Asset | AssetAlias]
+    sessions: async_sessionmaker[AsyncSession] | None,
+    inlets: Sequence[Asset | AssetAlias],
+    unavailable: str = "",
 ) -> AsyncIterator[str]:
-    """Serve the events of ``inlets`` for the body of ``async with``; yields the socket's path."""
+    """Serve the events of ``inlets`` for the body of ``async with``; yields the socket's path.
+    Without ``sessions`` (``pipelines test`` with no store to read), the answer for every inlet
+    is the error ``unavailable``, which the run raises when it reads one."""
     # mkdtemp makes the folder mode 0700: another user cannot reach the socket in it. /tmp
     # rather than the run's folder, since a socket's path is limited to 107 bytes.
     folder = Path(await anyio.to_thread.run_sync(partial(tempfile.mkdtemp, prefix="triggerer-")))
     try:
         path = folder / "inlets.sock"
         listener = await anyio.create_unix_listener(path)
-        answer = partial(_answer, sessions, {_request(inlet) for inlet in inlets})
+        known = {_request(inlet) for inlet in inlets}
+        answer = partial(_answer, sessions, known, unavailable)
         async with listener, anyio.create_task_group() as serving:
             serving.start_soon(listener.serve, answer)
             yield str(path)
@@ -69,11 +74,15 @@ def _request(inlet: Asset | AssetAlias) -> InletRequest:
 
 
 async def _answer(
-    sessions: async_sessionmaker[AsyncSession], inlets: set[InletRequest], stream: SocketStream
+    sessions: async_sessionmaker[AsyncSession] | None,
+    inlets: set[InletRequest],
+    unavailable: str,
+    stream: SocketStream,
 ) -> None:
     async with stream:
         try:
-            answer = await _answer_to(sessions, inlets, BufferedByteReceiveStream(stream))
+            request = BufferedByteReceiveStream(stream)
+            answer = await _answer_to(sessions, inlets, unavailable, request)
             if answer is not None:
                 # A large answer is encoded off the event loop: ingest goes on meanwhile.
                 await stream.send(await anyio.to_thread.run_sync(msgspec.json.encode, answer))
@@ -84,8 +93,9 @@ async def _answer(
 
 
 async def _answer_to(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: async_sessionmaker[AsyncSession] | None,
     inlets: set[InletRequest],
+    unavailable: str,
     request: BufferedByteReceiveStream,
 ) -> InletAnswer | None:
     """The answer to the request on ``request``; ``None`` when it is no request at all."""
@@ -100,6 +110,8 @@ async def _answer_to(
     if inlet not in inlets:
         named = f"alias {inlet.name!r}" if inlet.uri is None else f"{inlet.name!r} ({inlet.uri})"
         return InletAnswer(error=f"{named} is not an inlet of this pipeline")
+    if sessions is None:
+        return InletAnswer(error=unavailable)
     try:
         return InletAnswer(events=await _events(sessions, inlet))
     except STORE_ERRORS as error:
