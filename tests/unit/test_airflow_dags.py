@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -364,3 +365,12 @@ def test_schedules(schedule: object, expected: object) -> None:
         EmptyOperator(task_id="a")
     assert made.pipeline is not None
     assert made.pipeline.schedule == expected
+
+
+def test_arguments_keep_their_own_objects_as_they_are() -> None:
+    seen: list[Any] = []
+    relative = Path("data/in")  # Path has a resolve() of its own
+    with DAG("plain_values") as made:
+        PythonOperator(task_id="p", python_callable=seen.append, op_args=[relative])
+    run_pipeline(made.pipeline)
+    assert seen == [relative]

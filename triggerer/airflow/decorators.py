@@ -143,7 +143,7 @@ class DagParam:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def resolve(self, run: executor.TaskRun) -> Any:
+    def value_in_run(self, run: executor.TaskRun) -> Any:
         return run.context["params"][self.name]
 
     def __repr__(self) -> str:

@@ -114,6 +114,13 @@ class TaskLike(Protocol):
     def execute(self, context: Context, run: TaskRun) -> Any: ...
 
 
+@typing.runtime_checkable
+class Placeholder(Protocol):
+    """What stands in a task's arguments for a value known only in the run."""
+
+    def value_in_run(self, run: TaskRun) -> Any: ...
+
+
 class DagLike(Protocol):
     dag_id: str
 
@@ -318,9 +325,10 @@ def _push(task: TaskLike, xcoms: XComs, result: Any) -> None:
 def resolve(value: Any, run: TaskRun) -> Any:
     """``value`` with every task output (and ``@dag`` parameter) in it replaced by its value
     in this run, inside lists, tuples, sets and dicts."""
-    resolver = getattr(value, "resolve", None)
-    if callable(resolver) and not isinstance(value, type):
-        return resolver(run)
+    # Only the shim's own placeholders (a task's output, an @dag parameter): a user's object
+    # with a method of that name of its own is a value like any other.
+    if isinstance(value, Placeholder):
+        return value.value_in_run(run)
     if isinstance(value, list):
         return [resolve(item, run) for item in value]
     if isinstance(value, tuple):

@@ -229,7 +229,7 @@ class XComArg:
         self.operator = operator
         self.key = key
 
-    def resolve(self, run: executor.TaskRun) -> Any:
+    def value_in_run(self, run: executor.TaskRun) -> Any:
         return run.xcoms.pull(self.operator.task_id, self.key)
 
     def __getitem__(self, key: str) -> XComArg:

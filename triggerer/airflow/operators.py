@@ -120,16 +120,15 @@ class BashOperator(_Operator):
         *,
         task_id: str,
         bash_command: Any,
-        env: Mapping[str, str] | None = None,
-        append_env: bool = False,
-        output_encoding: str = "utf-8",
-        skip_on_exit_code: int | Collection[int] | None = 99,
-        cwd: str | None = None,
-        output_processor: Callable[[str], Any] | None = None,
         dag: object = None,
         **settings: Any,
     ) -> None:
-        super().__init__(task_id, settings, dag)
+        """``settings``: a task's, and those of :func:`run_bash` (``env``, ``append_env``,
+        ``cwd``, ``output_encoding``, ``skip_on_exit_code``, ``output_processor``)."""
+        self.bash_settings = {k: v for k, v in settings.items() if k in BASH_SETTINGS}
+        super().__init__(
+            task_id, {k: v for k, v in settings.items() if k not in BASH_SETTINGS}, dag
+        )
         owner = f"BashOperator(task_id={task_id!r})"
         check_untemplated(owner, "bash_command", bash_command)
         if isinstance(bash_command, str) and bash_command.endswith(BASH_SCRIPT_SUFFIXES):
@@ -138,26 +137,17 @@ class BashOperator(_Operator):
                 "Airflow reads a command ending in .sh as a Jinja template file; run the "
                 "script with 'bash script.sh ' (a space after it) or a full command",
             )
-        for field, value in (("env", env), ("cwd", cwd)):
-            check_untemplated(owner, field, value)
+        for field in ("env", "cwd"):
+            check_untemplated(owner, field, self.bash_settings.get(field))
         self.bash_command = bash_command
-        self.bash_settings: dict[str, Any] = {
-            "env": env,
-            "append_env": append_env,
-            "output_encoding": output_encoding,
-            "skip_on_exit_code": skip_on_exit_code,
-            "cwd": cwd,
-            "output_processor": output_processor,
-        }
-        self.depends_on((bash_command, env))
+        self.depends_on((bash_command, self.bash_settings.get("env")))
 
     def execute(self, context: executor.Context, run: executor.TaskRun) -> Any:
         command = executor.resolve(self.bash_command, run)
         if not isinstance(command, str):
             raise TypeError(f"BashOperator {self.task_id!r}: bash_command must be a string")
         check_untemplated(f"BashOperator {self.task_id!r}", "bash_command", command)
-        settings = {**self.bash_settings, "env": executor.resolve(self.bash_settings["env"], run)}
-        return run_bash(command, context, **settings)
+        return run_bash(command, context, **executor.resolve(self.bash_settings, run))
 
 
 def check_untemplated(owner: str, field: str, value: object) -> None:
