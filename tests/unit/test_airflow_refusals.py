@@ -4,6 +4,7 @@ the shim does not provide, and a file that imports both Airflow and triggerer.""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -261,3 +262,24 @@ def test_an_airflow_file_and_a_triggerer_file_share_assets(tmp_path: Path) -> No
     assert loaded.errors == []
     assert sorted(loaded.pipelines) == ["reader", "writer"]
     assert loaded.pipelines["writer"].outlets == (loaded.pipelines["reader"].schedule,)
+
+
+def test_an_installed_airflow_wins_over_the_shim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    (site / "airflow").mkdir(parents=True)
+    (site / "airflow" / "__init__.py").write_text("INSTALLED = True\n")
+    (site / "airflow" / "sdk.py").write_text("DAG = 'the real one'\n")
+    monkeypatch.syspath_prepend(str(site))
+    try:
+        loaded = load_source(
+            tmp_path / "dags", "from airflow.sdk import DAG\nassert DAG == 'the real one'\n"
+        )
+        missing = load_source(tmp_path / "dags", "import airflow.models\n", "other.py")
+    finally:
+        for name in [name for name in sys.modules if name.split(".")[0] == "airflow"]:
+            del sys.modules[name]
+    assert loaded.errors == []
+    (error,) = missing.errors
+    assert error.message == "ModuleNotFoundError: No module named 'airflow.models'"
