@@ -11,6 +11,7 @@ import importlib.util
 import ipaddress
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from pydantic_settings import (
 )
 
 from triggerer import connections
+from triggerer.service import tls
 
 CONFIG_ENV = "TRIGGERER_CONFIG"
 HOME = Path(os.environ.get("TRIGGERER_HOME", Path.home() / ".triggerer"))
@@ -78,7 +80,10 @@ class ApiSettings(_Section):
     """The REST API the daemon serves under ``/api/v1``.
 
     Without tokens the API is open, so it must listen on a loopback address; ``port = 0`` picks
-    a free port (the daemon logs it as ``api_listening``).
+    a free port (the daemon logs it as ``api_listening``). With ``tls_certfile`` and
+    ``tls_keyfile`` it serves HTTPS only; with ``tls_client_ca`` too, only to clients presenting
+    a certificate that CA signed (mutual TLS, which authenticates no principal: tokens still
+    decide who may do what).
     """
 
     enabled: bool = True
@@ -113,6 +118,64 @@ class ApiSettings(_Section):
                 {"host": host},
             )
         return tokens
+
+    # TLS: PEM files, checked when the settings are read (unless the API is off), so that a bad
+    # one stops the daemon before it starts; a CLI verb reading these settings reads them too.
+    tls_certfile: Path | None = None
+    # Validated even when left out: a certificate needs its key, and the key a certificate.
+    tls_keyfile: Path | None = Field(default=None, validate_default=True)
+    tls_client_ca: Path | None = None
+
+    @field_validator("tls_certfile")
+    @classmethod
+    def _a_certificate(cls, certfile: Path | None, info: ValidationInfo) -> Path | None:
+        if certfile is not None and info.data.get("enabled", True):
+            _tls_file(tls.check_certificates, certfile)
+        return certfile
+
+    @field_validator("tls_keyfile")
+    @classmethod
+    def _the_certificates_key(cls, keyfile: Path | None, info: ValidationInfo) -> Path | None:
+        if "tls_certfile" not in info.data:  # the certificate's own error says it
+            return keyfile
+        certfile = info.data["tls_certfile"]
+        if certfile is None and keyfile is not None:
+            raise PydanticCustomError(
+                "api_tls", "a key without its certificate: set tls_certfile too, or neither"
+            )
+        if certfile is not None and keyfile is None:
+            raise PydanticCustomError(
+                "api_tls",
+                "HTTPS with the certificate {certfile} needs its private key: set tls_keyfile "
+                "too, or neither",
+                {"certfile": str(certfile)},
+            )
+        if keyfile is not None and certfile is not None and info.data.get("enabled", True):
+            _tls_file(tls.check_key, keyfile, certfile)
+        return keyfile
+
+    @field_validator("tls_client_ca")
+    @classmethod
+    def _clients_ca(cls, client_ca: Path | None, info: ValidationInfo) -> Path | None:
+        if client_ca is None:
+            return client_ca
+        if info.data.get("tls_certfile", ...) is None:
+            raise PydanticCustomError(
+                "api_tls",
+                "mutual TLS needs HTTPS: set tls_certfile and tls_keyfile too, or remove it",
+            )
+        if info.data.get("enabled", True):
+            _tls_file(tls.check_certificates, client_ca)
+        return client_ca
+
+
+def _tls_file(check: Callable[..., None], *files: Path) -> None:
+    """``check(*files)``; its error as the setting's, which ``load_settings`` shows with the key
+    and the file."""
+    try:
+        check(*files)
+    except tls.TlsFileError as error:
+        raise PydanticCustomError("api_tls", "{problem}", {"problem": str(error)}) from None
 
 
 def is_loopback(host: str) -> bool:
