@@ -9,35 +9,18 @@ import argparse
 import json
 import os
 import ssl
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 
 from tests.fixtures.certificates import Issued, issue, make_ca
+from tests.unit.test_config import _clean_environment  # noqa: F401 - autouse: no TRIGGERER_*
 from triggerer.service import tls
 from triggerer.service.api.server import _tls_context
 from triggerer.service.cli import api_client
 from triggerer.service.cli.store import CliError
-from triggerer.service.config import (
-    CONFIG_ENV,
-    ApiSettings,
-    ConfigError,
-    current_settings,
-    load_settings,
-)
-
-
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("TRIGGERER_") and name != "TRIGGERER_HOME":
-            monkeypatch.delenv(name)
-    monkeypatch.setenv(CONFIG_ENV, "")
-    current_settings.cache_clear()
-    yield
-    current_settings.cache_clear()
+from triggerer.service.config import ApiSettings, ConfigError, load_settings
 
 
 @pytest.fixture(scope="module")

@@ -4,18 +4,20 @@ a TLS connection that fails."""
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triggerer.service import tls
 from triggerer.service.cli.store import CliError
 
 if TYPE_CHECKING:
     import argparse
+    import ssl
     from collections.abc import Callable
 
     import httpx
+
+# The ssl module and triggerer.service.tls are imported when a verb talks to the API: the
+# parser (`triggerer --help`) has no use for them.
 
 X509_V_ERR_HOSTNAME_MISMATCH = 62
 """OpenSSL's verify code for a certificate issued for other names than the URL's host."""
@@ -61,6 +63,8 @@ def verify(arguments: argparse.Namespace, base: str) -> ssl.SSLContext | bool:
     """What httpx verifies the API at ``base`` with: for an https:// URL a context trusting
     ``--cacert`` (or the system's trust store), with ``--cert`` and ``--key``; a CliError naming
     the option and the file that is wrong."""
+    from triggerer.service import tls
+
     cacert, cert, key = (getattr(arguments, option) for option in TLS_OPTIONS)
     if not base.lower().startswith("https://"):
         given = _given(arguments)
@@ -80,6 +84,8 @@ def verify(arguments: argparse.Namespace, base: str) -> ssl.SSLContext | bool:
 
 def _check(option: str, path: Path, check: Callable[[], None]) -> None:
     """``check()``, its error a CliError naming ``option`` and ``path``."""
+    from triggerer.service import tls
+
     try:
         check()
     except tls.TlsFileError as error:
@@ -117,6 +123,8 @@ def unreachable(error: httpx.HTTPError, base: str, arguments: argparse.Namespace
 def _tls_failure(error: BaseException, base: str, arguments: argparse.Namespace) -> str | None:
     """What went wrong, in words, when the TLS of a request to ``base`` failed with ``error``
     (httpx's, raised from the ssl module's); None when it was no TLS failure."""
+    import ssl
+
     cause = _ssl_cause(error)
     if isinstance(cause, ssl.SSLCertVerificationError):
         if cause.verify_code == X509_V_ERR_HOSTNAME_MISMATCH:
@@ -166,6 +174,8 @@ _REFUSED_CERTIFICATE = frozenset(
 
 def _ssl_cause(error: BaseException) -> ssl.SSLError | None:
     """The ssl module's error under httpx's (and httpcore's) wrappers."""
+    import ssl
+
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, ssl.SSLError):
