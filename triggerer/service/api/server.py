@@ -80,11 +80,11 @@ class ApiServer:
             url=f"{self._scheme}://{_netloc(host, port)}/api/v1",
             mutual_tls=self._settings.tls_client_ca is not None,
         )
-        if not self._settings.tokens:
+        if self._settings.is_open:
             log.warning(
                 "api_open",
-                detail="no [api] tokens: anyone on this host may use the API, so it listens "
-                "on loopback only",
+                detail="no [api] tokens or principals: anyone on this host may use the API, so "
+                "it listens on loopback only",
             )
 
     async def run(self) -> None:
