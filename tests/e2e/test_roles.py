@@ -26,7 +26,7 @@ from playwright.async_api import async_playwright, expect
 from tests.e2e.daemon import Deployment, sqlite_url
 from tests.e2e.test_api import api_url
 from tests.e2e.test_ui import CHROMIUM, LAYOUT_CHECKS, collect_errors, shoot
-from triggerer.service.principals import glob_matches
+from triggerer.service.principals import Principal, Role
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -311,7 +311,7 @@ GLOBS = [
     ("a.b+(c)", "a.b+(c)"),
     ("a.b", "axb"),
 ]
-"""Globs and texts the UI's matching must answer as the API's (fnmatch) does."""
+"""Globs and texts the UI's matching must answer as the API's does."""
 
 
 @pytest.mark.slow  # a daemon and Chromium: make test-slow
@@ -383,7 +383,10 @@ async def test_the_ui_shows_who_you_are_and_only_what_your_role_may_do(tmp_path:
                         "(cases) => cases.map(([g, t]) => window.triggerer.globMatches(g, t))",
                         GLOBS,
                     )
-                    assert matched == [glob_matches(glob, text) for glob, text in GLOBS]
+                    assert matched == [
+                        Principal("p", Role.EMITTER, (glob,)).may_emit_to(text, text)
+                        for glob, text in GLOBS
+                    ]
                 await context.close()
                 assert errors == [], caller
             await browser.close()

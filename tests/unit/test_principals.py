@@ -16,7 +16,6 @@ from triggerer.service.principals import (
     Principal,
     Role,
     cli_principal,
-    glob_matches,
     reserved,
     token_digest,
     token_principal,
@@ -134,15 +133,6 @@ def test_an_emitters_refusal_names_it_the_asset_and_its_globs() -> None:
     )
     with pytest.raises(Forbidden, match=r"on asset 'report' \(URI 's3://lake/report/'\)"):
         emitter.check_emit("report", "s3://lake/report/")
-
-
-@pytest.mark.parametrize(
-    ("glob", "text"),
-    [("orders*", "orders_eu"), ("o?ders", "orders"), ("[a-c]x", "bx"), ("a/*", "a/b/c")],
-)
-def test_glob_matches_is_fnmatchcase(glob: str, text: str) -> None:
-    assert glob_matches(glob, text)
-    assert not glob_matches(glob, text.upper())
 
 
 def test_the_principals_the_daemon_gives_are_admins() -> None:

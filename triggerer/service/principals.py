@@ -120,11 +120,6 @@ def _globs(globs: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(fnmatch.translate(glob) for glob in globs))
 
 
-def glob_matches(glob: str, text: str) -> bool:
-    """Whether an emitter's ``glob`` matches an asset's name or URI ``text``."""
-    return _globs((glob,)).match(text) is not None
-
-
 ANONYMOUS = Principal("anonymous", Role.ADMIN)
 """Whoever calls an API with no tokens configured (it listens on loopback only)."""
 
