@@ -122,6 +122,11 @@ def test_an_emitter_emits_to_the_assets_its_globs_match_by_name_or_uri(
             emitter.check_emit(name, uri)
 
 
+def test_an_emitter_without_globs_emits_to_no_asset() -> None:
+    assert not principal(Role.EMITTER).may_emit_to("orders", "orders")
+    assert not principal(Role.EMITTER).may_emit_to("", "")
+
+
 def test_an_emitters_refusal_names_it_the_asset_and_its_globs() -> None:
     emitter = Principal("orders-feed", Role.EMITTER, ("orders*", "s3://lake/sales/*"))
     with pytest.raises(Forbidden) as refused:

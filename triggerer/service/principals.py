@@ -87,6 +87,8 @@ class Principal:
             return False
         if self.role != Role.EMITTER:
             return True
+        if not self.assets:
+            return False  # (the settings refuse an emitter without globs)
         pattern = _globs(self.assets)
         return pattern.match(name) is not None or pattern.match(uri) is not None
 
