@@ -34,8 +34,17 @@ def without_later_defaults(trigger: Any, kwargs: dict[str, Any]) -> dict[str, An
     return kwargs
 
 
+class LaterOptionsTrigger(BaseEventTrigger):
+    """A dataclass trigger some of whose options were added after triggers were stored: they
+    are left out of ``serialize()`` while they hold their defaults (:data:`ADDED_LATER`)."""
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        classpath, kwargs = super().serialize()
+        return classpath, without_later_defaults(self, kwargs)
+
+
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
-class CountingTrigger(BaseEventTrigger):
+class CountingTrigger(LaterOptionsTrigger):
     """A dataclass trigger that counts what became of its messages (its tests and logs read
     the counts): messages received, events yielded, messages dropped by ``filter`` or the
     function. A provider adds counters of its own."""
@@ -43,12 +52,6 @@ class CountingTrigger(BaseEventTrigger):
     messages: int = dataclasses.field(default=0, init=False)
     events: int = dataclasses.field(default=0, init=False)
     filtered: int = dataclasses.field(default=0, init=False)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """The classpath and keyword arguments, without the options added later that hold
-        their defaults (:data:`ADDED_LATER`)."""
-        classpath, kwargs = super().serialize()
-        return classpath, without_later_defaults(self, kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +113,21 @@ class Processing:
         connection (:meth:`BodyFormat.load`)."""
         self._function  # noqa: B018 - the cached import is the point
         self.body_format.load()
+
+    async def decoded(
+        self, payload: dict[str, Any], raw: bytes | None, field: str = "body"
+    ) -> dict[str, Any]:
+        """``payload`` (built with its bytes as ``value_format="json"`` gives them) with
+        ``field`` holding ``raw`` decoded by :attr:`body_format` and ``schema_id`` beside it;
+        ``payload`` itself for JSON. Raises what :meth:`BodyFormat.decode` raises: an
+        ``Undecodable`` message is the provider's dead letter, with ``payload`` as it was."""
+        if self.body_format.plain:
+            return payload
+        decoded = await self.body_format.decode(raw)
+        payload = {**payload, field: decoded.value}
+        if decoded.schema_id is not None:
+            payload["schema_id"] = decoded.schema_id
+        return payload
 
     def prepare(self, payload: Any) -> Prepared:
         """The event's payload and partition key of ``payload``; ``None`` when dropped. Raises

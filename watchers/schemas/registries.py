@@ -34,10 +34,11 @@ _TRANSIENT_GLUE_CODES = frozenset(
 
 
 class RegistryError(Exception):
-    """A registry that cannot serve the schema now: not the message's fault."""
+    """A registry that cannot serve the schema now: not the message's fault. Not an
+    ``OSError``, so that no provider takes it for its broker's connection failing."""
 
 
-class RegistryUnavailable(RegistryError, ConnectionError):
+class RegistryUnavailable(RegistryError):
     """The registry does not answer, times out, or answers a server error: tried again."""
 
 
