@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from triggerer.triggers import BaseEventTrigger, check_json
 from watchers.filters import PayloadFilter, lookup, parse_path
@@ -52,6 +52,16 @@ class CountingTrigger(LaterOptionsTrigger):
     messages: int = dataclasses.field(default=0, init=False)
     events: int = dataclasses.field(default=0, init=False)
     filtered: int = dataclasses.field(default=0, init=False)
+
+
+class ProcessingOptions(Protocol):
+    """A trigger's options that :meth:`Processing.of_trigger` reads."""
+
+    filter: dict[str, Any] | None
+    apply_function: str | None
+    partition_key_path: str | None
+    value_format: str
+    schema_registry: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +115,17 @@ class Processing:
             partition_key_path=partition_key_path,
             option=option,
             body_format=BodyFormat(value_format, schema_registry),
+        )
+
+    @classmethod
+    def of_trigger(cls, trigger: ProcessingOptions) -> Processing:
+        """From a dataclass trigger's options of the same names, checked."""
+        return cls.of_options(
+            filter=trigger.filter,
+            apply_function=trigger.apply_function,
+            partition_key_path=trigger.partition_key_path,
+            value_format=trigger.value_format,
+            schema_registry=trigger.schema_registry,
         )
 
     def load(self) -> None:

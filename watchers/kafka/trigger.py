@@ -149,13 +149,7 @@ class KafkaTrigger(CountingTrigger):
         for name in ("max_attempts", "max_in_flight", "commit_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"KafkaTrigger {name}={getattr(self, name)!r} must be >= 1")
-        self._processing = _KafkaProcessing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-            value_format=self.value_format,
-            schema_registry=self.schema_registry,
-        )
+        self._processing = _KafkaProcessing.of_trigger(self)
         self._key_format = BodyFormat(self.key_format, self.schema_registry, option="key_format")
 
     @property

@@ -165,13 +165,7 @@ class KinesisTrigger(LaterOptionsTrigger):
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"KinesisTrigger {option}={value!r} must be a positive number")
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-            value_format=self.value_format,
-            schema_registry=self.schema_registry,
-        )
+        self._processing = Processing.of_trigger(self)
         self._millis_behind: dict[str, int] = {}
         self._sharing: ShardSharing | None = None
 

@@ -146,13 +146,7 @@ class MqttTrigger(CountingTrigger):
                 f"MqttTrigger dedup_property={self.dedup_property!r} must be the name of a user "
                 "property, or None for no dedup key"
             )
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-            value_format=self.value_format,
-            schema_registry=self.schema_registry,
-        )
+        self._processing = Processing.of_trigger(self)
 
     @property
     def session_client_id(self) -> str:

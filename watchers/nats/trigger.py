@@ -137,13 +137,7 @@ class NatsTrigger(CountingTrigger):
                 raise ValueError(f"NatsTrigger {name}={value!r} must be a number >= {low}")
         for name in ("max_deliveries", "fetch_batch", "max_in_flight"):
             check_range(f"NatsTrigger {name}", getattr(self, name), 1)
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-            value_format=self.value_format,
-            schema_registry=self.schema_registry,
-        )
+        self._processing = Processing.of_trigger(self)
         self._in_flight = InFlight(ack_wait_s=self.ack_wait_s, limit=self.max_in_flight)
 
     @property

@@ -82,13 +82,7 @@ class RedisPubSubTrigger(CountingTrigger):
 
     def __post_init__(self) -> None:
         check_address(self.host, self.port, self.db, self.channel, "channel")
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-            value_format=self.value_format,
-            schema_registry=self.schema_registry,
-        )
+        self._processing = Processing.of_trigger(self)
 
     @property
     def address(self) -> RedisAddress:

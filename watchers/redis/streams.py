@@ -120,13 +120,7 @@ class RedisStreamTrigger(CountingTrigger):
             raise ValueError(f"RedisStreamTrigger body_field={self.body_field!r} must be a name")
         for name in ("max_deliveries", "min_idle_ms", "block_ms", "batch_size", "max_in_flight"):
             check_range(name, getattr(self, name), 1)
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-            value_format=self.value_format,
-            schema_registry=self.schema_registry,
-        )
+        self._processing = Processing.of_trigger(self)
         self._reader = StreamGroupReader(
             address=self.address,
             stream=self.stream,
