@@ -69,7 +69,7 @@ from triggerer.service import metrics
 from triggerer.service.store import create_engine, models, session_factory
 
 GOALS = {"pg_events_per_s": 10_000, "avro_to_json_ratio": 0.8}
-ROUNDS = 2
+ROUNDS = 3
 """Turns of the JSON and Avro runs of ``avro_sqlite``, each kept as its median."""
 AVRO_ORDER = {
     "type": "record",

@@ -151,7 +151,12 @@ class BodyFormat:
                 schema_id, record = wire.glue_frame(raw)
             else:
                 schema_id, record = wire.confluent_frame(raw)
-            decoder = await self._decoder(schemas, schema_id)
+            # The schema is fetched once: every later record finds its decoder here.
+            decoder = schemas.decoders.get((schema_id, _SCHEMA_TYPES[self.value_format]))
+            if decoder is None:
+                decoder = await self._decoder(schemas, schema_id)
+            elif isinstance(decoder, SchemaRejected):
+                raise decoder
             if len(record) < THREAD_FROM_BYTES:
                 return Decoded(decoder(record), schema_id)
             return Decoded(await anyio.to_thread.run_sync(decoder, record), schema_id)
@@ -182,12 +187,13 @@ class _Schemas:
     def __init__(self, registry: Registry, *, glue: bool) -> None:
         self.registry = registry
         self.glue = glue
-        self._decoders: dict[tuple[int | str, str], Decoder | SchemaRejected] = {}
+        #: The decoder of each schema fetched (by id and expected type), or why it has none.
+        self.decoders: dict[tuple[int | str, str], Decoder | SchemaRejected] = {}
         self._fetches: dict[tuple[int | str, str], asyncio.Task[Decoder | SchemaRejected]] = {}
 
     async def decoder(self, schema_id: int | str, schema_type: str) -> Decoder:
         key = (schema_id, schema_type)
-        found = self._decoders.get(key)
+        found = self.decoders.get(key)
         if found is None:
             fetch = self._fetches.get(key)
             if fetch is None:
@@ -221,7 +227,7 @@ class _Schemas:
                 result = SchemaRejected(f"schema {schema_id}: {rejected}")
         # A registry never changes the schema of an id: the decoder, or why there is none,
         # holds for the daemon's life.
-        self._decoders[schema_id, schema_type] = result
+        self.decoders[schema_id, schema_type] = result
         return result
 
     def _fetched(
