@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tests.e2e.daemon import ORDERS, Deployment, triggerer_cli
 from triggerer.service import actions
 from triggerer.service.loader import load_pipelines
+from triggerer.service.principals import cli_principal
 from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, models, session_factory
 from triggerer.service.store.states import RunState
@@ -176,7 +177,7 @@ async def prepare(deployment: Deployment) -> None:
     try:
         async with session_factory(engine).begin() as session:
             await sync_definitions(session, load_pipelines(deployment.tmp_path / "pipelines"))
-            await actions.set_paused(session, "paused_report", True)
+            await actions.set_paused(session, "paused_report", True, actor=cli_principal())
     finally:
         await engine.dispose()
 

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from triggerer.service.api import (
     activity,
     assets,
+    audit,
     events,
     health,
     import_errors,
@@ -60,7 +61,17 @@ def create_app(context: ApiContext) -> FastAPI:
     )
     app.state.context = context
     app.include_router(health.open_router, prefix=PREFIX)
-    for module in (assets, pipelines, import_errors, runs, watchers, events, activity, health):
+    for module in (
+        assets,
+        pipelines,
+        import_errors,
+        runs,
+        watchers,
+        events,
+        activity,
+        audit,
+        health,
+    ):
         app.include_router(module.router, prefix=PREFIX)
     _add_docs(app)
     _add_ui(app)

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, status
 
 from triggerer.service import actions, replay
-from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.context import Caller, Context, authorized
 from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
     INT4_MAX,
@@ -70,11 +70,11 @@ async def list_events(
 
 
 @router.post("/events", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
-async def create_event(context: Context, new: NewAssetEvent) -> CreatedEvent:
+async def create_event(context: Context, caller: Caller, new: NewAssetEvent) -> CreatedEvent:
     """Create an event (``extra`` gains ``"from_rest_api": true``) and queue it for the
     pipelines scheduled on its asset; the scheduler looks at them at once. A partition key the
     partition mapper of a consumer cannot map is refused."""
-    return await context.new_events.create(new)
+    return await context.new_events.create(new, caller)
 
 
 @router.get("/{asset_id}", responses=NOT_FOUND)
@@ -94,18 +94,23 @@ async def list_queued_events(
 
 @router.delete("/{asset_id}/queuedEvents", responses=NOT_FOUND)
 async def delete_queued_events(
-    context: Context, asset_id: AssetId, before: Annotated[UtcTime | None, Query()] = None
+    context: Context,
+    caller: Caller,
+    asset_id: AssetId,
+    before: Annotated[UtcTime | None, Query()] = None,
 ) -> Deleted:
     """Remove the asset's events from every pipeline's queue (those queued before ``before``);
     the events themselves are kept."""
     async with context.transaction() as session:
-        deleted = await actions.delete_queued_events(session, asset_id=asset_id, before=before)
+        deleted = await actions.delete_queued_events(
+            session, actor=caller, asset_id=asset_id, before=before
+        )
     return Deleted(deleted=deleted)
 
 
 @router.post("/{asset_id}/replay", responses={**NOT_FOUND, **CONFLICT})
 async def replay_events(
-    context: Context, asset_id: AssetId, asked: ReplayRequest
+    context: Context, caller: Caller, asset_id: AssetId, asked: ReplayRequest
 ) -> replay.ReplayResult:
     """Queue the asset's events stored in ``[since, until)`` again for ``pipeline_id``, or every
     consumer not paused, so their conditions see them again; the scheduler looks at once. An
@@ -121,6 +126,7 @@ async def replay_events(
             until=asked.until,
             pipeline_id=asked.pipeline_id,
             dry_run=asked.dry_run,
+            actor=caller,
         )
     if not result.dry_run:
         context.wake_scheduler({done.pipeline_id for done in result.pipelines if done.queued})

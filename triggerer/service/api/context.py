@@ -85,13 +85,17 @@ Caller = Annotated[Principal, Depends(authorized)]
 """The principal making the request (a route's parameter), after the token check."""
 
 
-def bears_token(tokens: tuple[str, ...], authorization: str | None) -> bool:
-    """Whether an ``Authorization`` header of ``authorization`` bears one of ``tokens``, read as
-    :func:`authorized` reads it (FastAPI's ``HTTPBearer``)."""
+def bearer(tokens: tuple[str, ...], authorization: str | None) -> Principal | None:
+    """The caller an ``Authorization`` header of ``authorization`` names, read as
+    :func:`authorized` reads it (FastAPI's ``HTTPBearer``): anyone when no ``tokens`` are
+    configured, else the bearer of one of them; None for a missing or wrong token."""
+    if not tokens:
+        return ANONYMOUS
     scheme, credentials = get_authorization_scheme_param(authorization)
     if not (scheme and credentials) or scheme.lower() != "bearer":
-        return False
-    return _match(tokens, credentials) is not None
+        return None
+    index = _match(tokens, credentials)
+    return None if index is None else token_principal(index)
 
 
 def _match(tokens: tuple[str, ...], credentials: str) -> int | None:

@@ -5,10 +5,10 @@ The route is the API's hot path: clients post events one request each, thousands
 Through FastAPI, routing (a match against every route), dependency solving (the token check,
 the context, the body) and the response's validation cost the daemon about as much CPU per
 event as the group commit that stores it. This middleware serves the same route with the same
-parts, without that machinery: it checks the token with :func:`~.context.bears_token`, parses
-the body as FastAPI would (``json.loads``, then :class:`NewAssetEvent`), hands the event to
-the group commit, answers its errors with the app's own exception handlers and its event as
-FastAPI serializes it.
+parts, without that machinery: it finds the caller with :func:`~.context.bearer`, parses the
+body as FastAPI would (``json.loads``, then :class:`NewAssetEvent`), hands the event and its
+caller to the group commit, answers its errors with the app's own exception handlers and its
+event as FastAPI serializes it.
 
 A post it would answer with an error of its own (no or a wrong token, a body that is not JSON
 or not a valid event, a content type FastAPI reads differently) goes on to the FastAPI route,
@@ -25,7 +25,7 @@ from fastapi import status
 from starlette.requests import Request
 from starlette.responses import Response
 
-from triggerer.service.api.context import ApiContext, bears_token
+from triggerer.service.api.context import ApiContext, bearer
 from triggerer.service.api.schemas import NewAssetEvent
 
 if TYPE_CHECKING:
@@ -52,8 +52,8 @@ class EventPosts:
             await self._app(scope, receive, send)
             return
         authorization, content_type = _headers(scope)
-        tokens = self._context.settings.api.tokens
-        if (tokens and not bears_token(tokens, authorization)) or (
+        caller = bearer(self._context.settings.api.tokens, authorization)
+        if caller is None or (
             content_type is None or content_type.partition(";")[0].strip().lower() != _JSON
         ):
             await self._app(scope, receive, send)
@@ -64,7 +64,7 @@ class EventPosts:
             await self._app(scope, _replaying(body, more, receive), send)
             return
         try:
-            created = await self._context.new_events.create(new)
+            created = await self._context.new_events.create(new, caller)
         except Exception as error:
             handler = self._handler(scope, error)
             if handler is None:

@@ -8,7 +8,9 @@ costs what it did; under load, batches grow with the load.
 
 Each request still gets its own answer: an unknown asset or a refused value fails that request
 alone; when the store refuses a batch, each event is written on its own to find out whose; a
-store that does not answer fails every request of the batch (503, nothing committed).
+store that does not answer fails every request of the batch (503, nothing committed). Each
+event created is a row of the audit log naming its request's principal, the rows of a batch
+written in one statement in the batch's transaction.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.schedules import PartitionedAssetTimetable
-from triggerer.service import actions
+from triggerer.service import actions, audit
 from triggerer.service.api.schemas import CreatedEvent, NewAssetEvent
 from triggerer.service.errors import NotFound, Refused
 from triggerer.service.events import Recorded, record_events
@@ -31,6 +33,7 @@ from triggerer.service.store.notices import notify_queued
 from triggerer.service.store.states import EventSource
 
 if TYPE_CHECKING:
+    from triggerer.service.principals import Principal
     from triggerer.service.scheduling.registry import Registry
 
 MAX_BATCH = 500
@@ -42,6 +45,7 @@ LINGER_S = 0.002
 @dataclasses.dataclass(eq=False)
 class _Post:
     event: NewAssetEvent
+    actor: Principal
     answer: asyncio.Future[CreatedEvent]
 
 
@@ -68,11 +72,11 @@ class GroupCommit:
         self._writer: asyncio.Task[None] | None = None
         self._posted = asyncio.Event()
 
-    async def create(self, event: NewAssetEvent) -> CreatedEvent:
-        """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``) and
-        queued for the pipelines scheduled on its asset."""
+    async def create(self, event: NewAssetEvent, actor: Principal) -> CreatedEvent:
+        """Create ``event``, posted by ``actor``, once committed (``extra`` gains
+        ``"from_rest_api": true``) and queued for the pipelines scheduled on its asset."""
         loop = asyncio.get_running_loop()
-        post = _Post(event, loop.create_future())
+        post = _Post(event, actor, loop.create_future())
         self._waiting.append(post)
         self._posted.set()
         if self._writer is None:
@@ -174,6 +178,13 @@ class GroupCommit:
         if unmappable:
             raise _Unmappable([post for post, _, _ in writing if post not in unmappable])
         await notify_queued(session, recorded.queued_pipelines)
+        await audit.record_all(
+            session,
+            [
+                actions.emitted(post.actor, uri, event, post.event.extra)
+                for (post, _, uri), event in zip(writing, recorded.events, strict=True)
+            ],
+        )
         answers = [
             (
                 post,

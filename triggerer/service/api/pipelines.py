@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, status
 
 from triggerer.service import actions
-from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.context import Caller, Context, authorized
 from triggerer.service.api.responses import INVALID, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
     AssetId,
@@ -59,11 +59,11 @@ async def get_pipeline(context: Context, pipeline_id: PipelineId) -> PipelineRow
 
 @router.patch("/{pipeline_id}", responses=NOT_FOUND)
 async def patch_pipeline(
-    context: Context, pipeline_id: PipelineId, patch: PipelinePatch
+    context: Context, caller: Caller, pipeline_id: PipelineId, patch: PipelinePatch
 ) -> PipelineRow:
     """Pause (no runs start; its events are still queued, and wait) or unpause."""
     async with context.transaction() as session:
-        await actions.set_paused(session, pipeline_id, patch.paused)
+        await actions.set_paused(session, pipeline_id, patch.paused, actor=caller)
         row = await queries.pipeline(session, pipeline_id)
     if not patch.paused:
         context.wake_scheduler({pipeline_id})
@@ -110,12 +110,15 @@ async def list_queued_events(
 
 @router.delete("/{pipeline_id}/assets/queuedEvents", responses=NOT_FOUND)
 async def delete_queued_events(
-    context: Context, pipeline_id: PipelineId, before: Annotated[UtcTime | None, Query()] = None
+    context: Context,
+    caller: Caller,
+    pipeline_id: PipelineId,
+    before: Annotated[UtcTime | None, Query()] = None,
 ) -> Deleted:
     """Empty the pipeline's queue (of what was queued before ``before``)."""
     async with context.transaction() as session:
         deleted = await actions.delete_queued_events(
-            session, pipeline_id=pipeline_id, before=before
+            session, actor=caller, pipeline_id=pipeline_id, before=before
         )
     return Deleted(deleted=deleted)
 
@@ -138,6 +141,7 @@ async def list_asset_queued_events(
 @router.delete("/{pipeline_id}/assets/{asset_id}/queuedEvents", responses=NOT_FOUND)
 async def delete_asset_queued_events(
     context: Context,
+    caller: Caller,
     pipeline_id: PipelineId,
     asset_id: AssetId,
     before: Annotated[UtcTime | None, Query()] = None,
@@ -145,18 +149,20 @@ async def delete_asset_queued_events(
     """Remove one asset's events from the pipeline's queue."""
     async with context.transaction() as session:
         deleted = await actions.delete_queued_events(
-            session, pipeline_id=pipeline_id, asset_id=asset_id, before=before
+            session, actor=caller, pipeline_id=pipeline_id, asset_id=asset_id, before=before
         )
     return Deleted(deleted=deleted)
 
 
 @router.post("/{pipeline_id}/runs", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
 async def trigger_run(
-    context: Context, pipeline_id: PipelineId, new: NewRun | None = None
+    context: Context, caller: Caller, pipeline_id: PipelineId, new: NewRun | None = None
 ) -> RunDetail:
     """Queue a manual run (``params`` over the pipeline's defaults)."""
     async with context.transaction() as session:
-        run_id = await actions.trigger_run(session, pipeline_id, new.params if new else None)
+        run_id = await actions.trigger_run(
+            session, pipeline_id, new.params if new else None, actor=caller
+        )
         created = await queries.run(session, run_id)
     context.wake_launcher()
     return created

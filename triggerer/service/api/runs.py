@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, status
 from fastapi.responses import PlainTextResponse
 
 from triggerer.service import actions
-from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.context import Caller, Context, authorized
 from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED, as_json
 from triggerer.service.api.schemas import PIPELINE_ID, Limit, Offset, RunId, Since
 from triggerer.service.reads import queries
@@ -46,13 +46,13 @@ async def get_run(context: Context, run_id: RunId) -> RunDetail:
 
 
 @router.post("/{run_id}/cancel", responses={**NOT_FOUND, **CONFLICT})
-async def cancel_run(context: Context, run_id: RunId) -> RunDetail:
+async def cancel_run(context: Context, caller: Caller, run_id: RunId) -> RunDetail:
     """Cancel a queued, running or up_for_retry run: one not running is ``cancelled`` at once; a
     running one is ``cancelling`` until the daemon running it has stopped its process group
     (within a second or so), then ``cancelled``. Its events are not queued again, it records
     no outlet events, and retries do not apply. A finished run is a 409."""
     async with context.transaction() as session:
-        state = await actions.cancel_run(session, run_id)
+        state = await actions.cancel_run(session, run_id, actor=caller)
         cancelled = await queries.run(session, run_id)
     if state == RunState.CANCELLING:
         context.run_cancelled()
@@ -64,12 +64,12 @@ async def cancel_run(context: Context, run_id: RunId) -> RunDetail:
     status_code=status.HTTP_201_CREATED,
     responses={**NOT_FOUND, **CONFLICT},
 )
-async def rerun(context: Context, run_id: RunId) -> RunDetail:
+async def rerun(context: Context, caller: Caller, run_id: RunId) -> RunDetail:
     """Queue a re-run of a finished run (success, failed or cancelled): a new run of its
     pipeline consuming the same events, with its params, its ``rerun_of`` naming the run. A
     run not finished is a 409."""
     async with context.transaction() as session:
-        new_run_id = await actions.rerun(session, run_id)
+        new_run_id = await actions.rerun(session, run_id, actor=caller)
         created = await queries.run(session, new_run_id)
     context.wake_launcher()
     return created
