@@ -49,6 +49,15 @@ LOG_CHUNKS = 150
 """Chunks of each seeded run's log in the store: an old run's take two batches."""
 SEEDED_ACTOR = "seed"
 """The actor of the seeded audit rows."""
+DELETED = {
+    "runs": 3,
+    "log_chunks": 3 * LOG_CHUNKS,
+    "log_folders": 3,
+    "events": OLD_EVENTS + 3,
+    "dead_letters": 3,
+    "audit": 3,
+}
+"""What retention deletes of the seed, by kind."""
 
 
 @dataclass
@@ -346,17 +355,9 @@ async def test_the_daemon_deletes_what_is_old_and_keeps_what_is_needed_under_ing
     assert len(sent) >= MIN_MESSAGES
     assert not any(folder.exists() for folder in seeded.old_folders)
     assert all(folder.exists() for folder in seeded.kept_folders)
-    expected = {
-        "runs": 3,
-        "log_chunks": 3 * LOG_CHUNKS,
-        "log_folders": 3,
-        "events": OLD_EVENTS + 3,
-        "dead_letters": 3,
-        "audit": 3,
-    }
-    assert {kind: sum(p[kind] for p in passes) for kind in expected} == expected
+    assert {kind: sum(p[kind] for p in passes) for kind in DELETED} == DELETED
     assert all(p["duration_s"] >= 0 for p in passes)
-    assert deleted == expected
+    assert deleted == DELETED
     assert lease is not None
     assert lease.owner not in (OTHER_INSTANCE, None)
     # The pause of prepare() is the one change made by a principal.
@@ -443,14 +444,7 @@ async def test_db_clean_says_what_it_would_delete_then_deletes_it(offline: Deplo
         lambda session: audit.entries(session, action=AuditAction.DB_CLEAN)
     )
     assert (clean.target, clean.details["before"]) == ("database", f"{day}T00:00:00+00:00")
-    assert clean.details["deleted"] == {
-        "runs": 3,
-        "log_chunks": 3 * LOG_CHUNKS,
-        "log_folders": 3,
-        "events": OLD_EVENTS + 3,
-        "dead_letters": 3,
-        "audit": 3,
-    }
+    assert clean.details["deleted"] == DELETED
 
 
 @pytest.mark.parametrize(
