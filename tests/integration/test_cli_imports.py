@@ -53,6 +53,8 @@ READING_VERBS = (
     ("watchers", "list"),
     ("events", "list"),
     ("events", "dead-letters"),
+    ("audit", "list"),
+    ("audit", "list", "--json", "--action", "emit"),
     ("explain", "count_orders"),
     ("runs", "logs", "count_orders__manual__x"),  # no such run: an error, its imports too
     ("check",),
