@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.redis",
     "tests.fixtures.rabbitmq",
+    "tests.fixtures.airflow",
     # Last: it imports the modules above, which pytest must load first (to rewrite asserts).
     "tests.fixtures.services",
 ]

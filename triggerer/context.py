@@ -77,27 +77,30 @@ class OutletEvents:
         return list(self._aliases.values())
 
 
-class InletEvents(Mapping[Asset, Sequence[AssetEvent]]):
-    """Events of each inlet asset, oldest first, fetched only when first read."""
+class InletEvents(Mapping[Asset | AssetAlias, Sequence[AssetEvent]]):
+    """Events of each inlet asset, oldest first, fetched only when first read; of an inlet
+    alias, the events emitted through it."""
 
     def __init__(
-        self, inlets: Sequence[Asset], load: Callable[[Asset], Sequence[AssetEvent]]
+        self,
+        inlets: Sequence[Asset | AssetAlias],
+        load: Callable[[Asset | AssetAlias], Sequence[AssetEvent]],
     ) -> None:
         self._inlets = tuple(inlets)
         self._load = load
-        self._loaded: dict[Asset, Sequence[AssetEvent]] = {}
+        self._loaded: dict[Asset | AssetAlias, Sequence[AssetEvent]] = {}
 
-    def __getitem__(self, asset: Asset) -> Sequence[AssetEvent]:
-        if asset not in self._inlets:
-            raise KeyError(f"{asset!r} is not an inlet of this pipeline")
-        if asset not in self._loaded:
-            self._loaded[asset] = self._load(asset)
-        return self._loaded[asset]
+    def __getitem__(self, inlet: Asset | AssetAlias) -> Sequence[AssetEvent]:
+        if inlet not in self._inlets:
+            raise KeyError(f"{inlet!r} is not an inlet of this pipeline")
+        if inlet not in self._loaded:
+            self._loaded[inlet] = self._load(inlet)
+        return self._loaded[inlet]
 
-    def __contains__(self, asset: object) -> bool:
-        return asset in self._inlets
+    def __contains__(self, inlet: object) -> bool:
+        return inlet in self._inlets
 
-    def __iter__(self) -> Iterator[Asset]:
+    def __iter__(self) -> Iterator[Asset | AssetAlias]:
         return iter(self._inlets)
 
     def __len__(self) -> int:
@@ -111,7 +114,7 @@ class RunContext:
     run_id: str
     pipeline_id: str
     triggering_asset_events: Mapping[Asset, Sequence[AssetEvent]]
-    inlet_events: Mapping[Asset, Sequence[AssetEvent]]
+    inlet_events: Mapping[Asset | AssetAlias, Sequence[AssetEvent]]
     outlet_events: OutletEvents
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     partition_key: str | None = None

@@ -69,7 +69,7 @@ class Pipeline:
     function: Callable[..., Any] | None = None
     application: str | None = None
     outlets: tuple[Asset | AssetAlias, ...] = ()
-    inlets: tuple[Asset, ...] = ()
+    inlets: tuple[Asset | AssetAlias, ...] = ()
     max_active_runs: int = 16
     run_policy: RunPolicy = "coalesce"
     max_events_per_run: int | None = None
@@ -93,7 +93,7 @@ class Pipeline:
         function: Callable[..., Any] | None = None,
         application: str | None = None,
         outlets: Sequence[Asset | AssetAlias] = (),
-        inlets: Sequence[Asset] = (),
+        inlets: Sequence[Asset | AssetAlias] = (),
         max_active_runs: int = 16,
         run_policy: RunPolicy = "coalesce",
         max_events_per_run: int | None = None,
@@ -170,9 +170,10 @@ class Pipeline:
                     f"got {type(outlet).__name__}"
                 )
         for inlet in inlets:
-            if not isinstance(inlet, Asset):
+            if not isinstance(inlet, (Asset, AssetAlias)):
                 raise TypeError(
-                    f"pipeline {pipeline_id!r} inlets must be Asset, got {type(inlet).__name__}"
+                    f"pipeline {pipeline_id!r} inlets must be Asset or AssetAlias, "
+                    f"got {type(inlet).__name__}"
                 )
         values: dict[str, object] = {
             "pipeline_id": pipeline_id,
@@ -221,7 +222,7 @@ class Pipeline:
         """Every asset the pipeline names: schedule, inlets and outlets."""
         if self.condition is not None:
             yield from self.condition.iter_assets()
-        yield from self.inlets
+        yield from (inlet for inlet in self.inlets if isinstance(inlet, Asset))
         yield from (outlet for outlet in self.outlets if isinstance(outlet, Asset))
 
     def __repr__(self) -> str:

@@ -235,6 +235,41 @@ def daemon_env(
     }
 
 
+def local_config(
+    tmp_path: Path, mode: str, *, conf: dict[str, str] | None = None, **spark: str
+) -> Path:
+    """A config file for ``triggerer run --config`` (and the CLI's): SQLite in ``tmp_path``,
+    Spark in ``mode`` on its default master (``local[*]``) with ``conf``, and ``spark``
+    settings."""
+    settings: dict[str, dict[str, Any]] = {
+        "database": {"url": sqlite_url(tmp_path)},
+        "pipelines": {"dir": str(tmp_path / "pipelines"), "reload_interval_s": 0.2},
+        "spark": {"mode": mode, "logs_dir": str(tmp_path / "logs"), **spark},
+        "spark.conf": conf or {},
+        "daemon": {"heartbeat_interval_s": 0.5},
+        "logging": {"format": "json"},
+        "api": {"enabled": False},
+    }
+    return write_config(tmp_path / "triggerer.toml", settings)
+
+
+def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> Path:
+    """``path`` written as a config file of ``sections`` (``{"spark.conf": {...}}`` for the
+    table ``[spark.conf]``), each value as JSON, which TOML reads alike for strings, numbers
+    and booleans."""
+    lines = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"{json.dumps(key)} = {json.dumps(value)}" for key, value in values.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def without_triggerer_variables() -> dict[str, str]:
+    """The environment of a process that reads only its ``--config``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
+
+
 class DaemonProcess:
     """``triggerer run`` as a real process; its output goes to ``log_path``.
 
@@ -375,13 +410,7 @@ class Deployment:
                 settings[section][name] = value
         for section, values in sections.items():
             settings.setdefault(section, {}).update(values)
-        lines = []
-        for section, values in settings.items():
-            lines.append(f"[{section}]")
-            lines.extend(f"{name} = {json.dumps(value)}" for name, value in values.items())
-        path = self.tmp_path / "triggerer.toml"
-        path.write_text("\n".join(lines) + "\n")
-        return path
+        return write_config(self.tmp_path / "triggerer.toml", settings)
 
     def process_with_config(self, config: Path, cwd: Path | None = None) -> DaemonProcess:
         """``triggerer run --config CONFIG`` as a process (no TRIGGERER_ variables) in

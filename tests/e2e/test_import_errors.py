@@ -10,7 +10,6 @@ Screenshots go to ``var/screenshots/`` as in ``test_ui.py``."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import textwrap
@@ -21,7 +20,7 @@ import httpx
 import pytest
 from playwright.async_api import ConsoleMessage, async_playwright, expect
 
-from tests.e2e.daemon import Deployment, sqlite_url, triggerer_cli
+from tests.e2e.daemon import Deployment, sqlite_url, triggerer_cli, without_triggerer_variables
 from tests.e2e.test_api import api_url
 from tests.e2e.test_ui import CHROMIUM, RUN_TIMEOUT_MS, VENDOR, shoot
 
@@ -54,11 +53,6 @@ def daily(spark, context):
 FIXED = "spark_master = 'local[1]'\n" + BROKEN
 ALSO_BROKEN = "import json\n\nlimits = json.loads('{')\n"
 NAME_ERROR = "NameError: name 'spark_master' is not defined"
-
-
-def without_triggerer_variables() -> dict[str, str]:
-    """The environment of a CLI process that reads only its ``--config``."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
 
 
 async def listed(config: Path, *arguments: str) -> str:

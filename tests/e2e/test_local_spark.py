@@ -8,7 +8,6 @@ only, and no run's log holds PySpark's warning about pandas 3."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import signal
 import socket
@@ -22,12 +21,14 @@ from tests.e2e.daemon import (
     alive,
     daemon_env,
     events_of,
+    local_config,
     query,
     runs,
     sqlite_url,
     stat_fields,
     triggerer_cli,
     wait_for,
+    without_triggerer_variables,
     write_pipelines,
 )
 
@@ -36,6 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 START_TIMEOUT_S = 180.0
 """A JVM's start on 2 busy cores, and the first job of a cold server."""
+WEB_UI = {"spark.ui.enabled": "true"}
+"""Spark's web UI on: it listens too."""
 
 PIPELINES = """
 from triggerer import Asset, Metadata, pipeline
@@ -118,31 +121,6 @@ async def test_runs_use_the_daemons_warm_connect_server_which_is_restarted_and_s
     assert not alive(forkers[0])
 
 
-def local_config(tmp_path: Path, mode: str, **spark: str) -> Path:
-    """A config file for ``triggerer run --config``: SQLite in ``tmp_path``, Spark in ``mode``
-    on its default master (``local[*]``), its web UI on, and ``spark`` settings."""
-    settings = {
-        "database": {"url": sqlite_url(tmp_path)},
-        "pipelines": {"dir": str(tmp_path / "pipelines"), "reload_interval_s": 0.2},
-        "spark": {"mode": mode, "logs_dir": str(tmp_path / "logs"), **spark},
-        "daemon": {"heartbeat_interval_s": 0.5},
-        "logging": {"format": "json"},
-        "api": {"enabled": False},
-    }
-    lines = []
-    for section, values in settings.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-    lines += ["[spark.conf]", '"spark.ui.enabled" = "true"']
-    path = tmp_path / "triggerer.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def without_triggerer_variables() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERER_")}
-
-
 def listening(root_pid: int) -> dict[tuple[str, int], int]:
     """The TCP sockets in LISTEN state of process ``root_pid`` and its descendants: the pid
     owning each ``(address, port)``."""
@@ -194,7 +172,7 @@ async def test_the_local_connect_server_listens_on_loopback_only(tmp_path: Path)
     """Was: its driver and block manager listened on the machine's external address, its web
     UI on every address; and every run's log began with PySpark's FutureWarning about pandas."""
     write_pipelines(tmp_path / "pipelines", PIPELINES)
-    config = local_config(tmp_path, "local")
+    config = local_config(tmp_path, "local", conf=WEB_UI)
     env, url = without_triggerer_variables(), sqlite_url(tmp_path)
     with DaemonProcess(env, tmp_path / "daemon.log", config) as daemon:
         daemon.start()
@@ -232,7 +210,7 @@ async def test_a_classic_run_on_a_local_master_listens_on_loopback_only(tmp_path
     """Was: the run's JVM listened on the machine's external address, as the server did."""
     ready, release = tmp_path / "ready", tmp_path / "release"
     write_pipelines(tmp_path / "pipelines", HELD.format(ready=str(ready), release=str(release)))
-    config = local_config(tmp_path, "classic", master="local[1]")
+    config = local_config(tmp_path, "classic", conf=WEB_UI, master="local[1]")
     env, url = without_triggerer_variables(), sqlite_url(tmp_path)
     with DaemonProcess(env, tmp_path / "daemon.log", config) as daemon:
         daemon.start()

@@ -175,9 +175,11 @@ def test_single_asset_outlet_gets_a_clear_error() -> None:
         pipeline(outlets=report)(job)
 
 
-def test_inlets_must_be_assets() -> None:
-    with pytest.raises(TypeError, match=r"inlets must be Asset.*AssetAlias"):
-        pipeline(inlets=[AssetAlias("x")])(job)
+def test_inlets_are_assets_or_aliases() -> None:
+    alias = AssetAlias("x")
+    assert pipeline(inlets=[report, alias])(job).inlets == (report, alias)
+    with pytest.raises(TypeError, match=r"inlets must be Asset or AssetAlias, got str"):
+        pipeline(inlets=["x"])(job)
 
 
 # --- schedules ------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""How the launcher starts a run's process: its argv and environment (no process is started)."""
+"""How the launcher (and ``pipelines test``) starts a run's process: its argv and environment
+(no process is started)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from triggerer.service.config import Settings
 from triggerer.service.runs import lifeline, runner
 from triggerer.service.runs.forks import modules_ahead
-from triggerer.service.runs.launcher import _command
 from triggerer.service.runs.processes import spark_conf, spark_env
+from triggerer.service.runs.run_process import run_command
 from triggerer.service.runs.spark_server import LocalSparkServer
 
 SPEC, RESULT = Path("/runs/spec.json"), Path("/runs/result-1.json")
@@ -25,7 +26,7 @@ def _no_spark_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_run_starts_tied_to_the_daemon() -> None:
-    command = _command(Settings(), SPEC, RESULT, "/spark")
+    command = run_command(Settings().spark, SPEC, RESULT, "/spark")
     assert command == [
         *(sys.executable, "-I", lifeline.__file__, str(os.getpid())),
         *(sys.executable, "-m", "triggerer.service.runs.runner", str(SPEC), str(RESULT)),
@@ -34,7 +35,7 @@ def test_every_run_starts_tied_to_the_daemon() -> None:
 
 def test_submit_runs_spark_submit_of_spark_home_with_the_conf() -> None:
     spark = {"mode": "submit", "master": "spark://h:7077", "conf": {"spark.pyspark.python": "/p"}}
-    command = _command(Settings.model_validate({"spark": spark}), SPEC, RESULT, "/spark")
+    command = run_command(Settings.model_validate({"spark": spark}).spark, SPEC, RESULT, "/spark")
     assert command[4:] == [
         "/spark/bin/spark-submit",
         *("--master", "spark://h:7077", "--conf=spark.pyspark.python=/p"),
@@ -92,7 +93,7 @@ def test_where_the_user_places_the_driver_wins(monkeypatch: pytest.MonkeyPatch) 
 
 def test_submit_to_a_local_master_keeps_the_driver_on_loopback() -> None:
     spark = {"mode": "submit", "master": "local[2]", "conf": {"spark.driver.memory": "1g"}}
-    command = _command(Settings.model_validate({"spark": spark}), SPEC, RESULT, "/spark")
+    command = run_command(Settings.model_validate({"spark": spark}).spark, SPEC, RESULT, "/spark")
     assert command[4:] == [
         "/spark/bin/spark-submit",
         *("--master", "local[2]"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import hashlib
@@ -10,15 +9,16 @@ import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
 import structlog
 
-from triggerer.assets import Asset, AssetAlias, AssetWatcher, BaseAsset
+from triggerer.airflow import install as install_airflow_shim
+from triggerer.assets import Asset, AssetAlias, BaseAsset
 from triggerer.pipelines import Pipeline, Recording, recording
-from triggerer.triggers import UnusableTrigger
+from triggerer.service.file_checks import hidden_pipelines, unusable_watchers
 
 log = structlog.get_logger(__name__)
 
@@ -113,8 +113,9 @@ class PipelinesFolder:
             return known
         if on_import is not None:
             on_import(path)
-        definitions, errors = _read_file(path, self.folder)
-        return _File(stamp, definitions, errors)
+        errors: list[LoadError] = []
+        definitions = _read_file(path, self.folder, errors) or ()
+        return _File(stamp, definitions, tuple(errors))
 
 
 def load_paths(paths: Sequence[Path]) -> LoadedPipelines:
@@ -131,9 +132,7 @@ def load_paths(paths: Sequence[Path]) -> LoadedPipelines:
             result.errors.append(LoadError(str(given), None, "no such file or folder"))
             continue
         for path, folder in files:
-            definitions, errors = _read_file(path, folder)
-            result.errors.extend(errors)
-            _collect(definitions, path, result)
+            _collect(_read_file(path, folder, result.errors) or (), path, result)
     return result
 
 
@@ -161,29 +160,28 @@ def pipeline_files(folder: Path, errors: list[LoadError] | None = None) -> list[
 def import_pipeline_file(path: Path) -> dict[str, Pipeline]:
     """The pipelines one file defines; an import error propagates (used by a run's process)."""
     errors: list[LoadError] = []
-    with recording() as recorded:
-        module = _import_file(path, path.parent, errors)
-    if module is None:
+    definitions = _read_file(path, path.parent, errors)
+    if definitions is None:
         raise ImportError(str(errors[0]))
     result = LoadedPipelines()
-    _collect(_definitions(module, recorded), path, result)
+    _collect(definitions, path, result)
     return result.pipelines
 
 
 def _read_file(
-    path: Path, folder: Path
-) -> tuple[tuple[Pipeline | BaseAsset, ...], tuple[LoadError, ...]]:
-    """Import one file: what it defines, and why the daemon would refuse part of it."""
-    errors: list[LoadError] = []
+    path: Path, folder: Path, errors: list[LoadError]
+) -> tuple[Pipeline | BaseAsset, ...] | None:
+    """Import one file: what it defines (``None`` if its import failed), and in ``errors``
+    why, or why the daemon would refuse part of it."""
     with recording() as recorded:
         module = _import_file(path, folder, errors)
     if module is None:
-        return (), tuple(errors)
+        return None
     definitions = _definitions(module, recorded)
     origin = module.__file__ or str(path)
-    errors += _hidden_pipelines(path, origin, recorded, definitions)
-    errors += _unusable_watchers(path, origin, definitions)
-    return definitions, tuple(errors)
+    found = hidden_pipelines(origin, recorded, definitions) + unusable_watchers(origin, definitions)
+    errors += [LoadError(str(path), line, message) for line, message in found]
+    return definitions
 
 
 def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleType | None:
@@ -202,6 +200,8 @@ def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleTyp
     # The folder is importable so pipeline files can share helper modules.
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
+    # An Airflow file's `import airflow...` finds triggerer's shim, checked for this file.
+    install_airflow_shim()
     try:
         spec.loader.exec_module(module)
     except SyntaxError as error:
@@ -252,121 +252,6 @@ def _definitions(module: ModuleType, recorded: Recording) -> tuple[Pipeline | Ba
     named = tuple(v for v in vars(module).values() if isinstance(v, (Pipeline, BaseAsset)))
     held = {id(definition) for definition in named}
     return named + tuple(p for p in recorded.declared if id(p) not in held)
-
-
-def _hidden_pipelines(
-    path: Path, origin: str, recorded: Recording, definitions: tuple[Pipeline | BaseAsset, ...]
-) -> list[LoadError]:
-    """The pipelines the file made and no longer holds: a second definition of one name at
-    module level took the name of the first (the first would vanish without a word)."""
-    held = {id(definition) for definition in definitions}
-    errors = []
-    for pipeline in recorded.made:
-        if id(pipeline) in held or pipeline.defined_at is None:
-            continue
-        made_in, line = pipeline.defined_at
-        if made_in != origin:  # a helper module's pipeline: its own file holds it or not
-            continue
-        name = getattr(pipeline.function, "__name__", None)
-        again = None if name is None else _bound_again(origin, name, line)
-        if again is None:
-            message = (
-                f"pipeline {pipeline.pipeline_id!r} made at line {line} is held by no "
-                "module-level name, so it would not be loaded; assign it to one"
-            )
-        else:
-            message = (
-                f"pipeline {pipeline.pipeline_id!r} (line {line}) is hidden: the name {name!r} "
-                f"is defined again at line {again}, so the file no longer holds the pipeline; "
-                "give one of them another name"
-            )
-        errors.append(LoadError(str(path), line, message))
-    return errors
-
-
-def _bound_again(origin: str, name: str, line: int) -> int | None:
-    """The first line after ``line`` where the module at ``origin`` binds ``name`` at its top
-    level, if it does (read only for a hidden pipeline's message)."""
-    try:
-        tree = ast.parse(Path(origin).read_bytes(), origin)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    starts = sorted(start for bound, start in _top_level_bindings(tree.body) if bound == name)
-    later = [start for start in starts if start > line]
-    return later[0] if later else None
-
-
-def _top_level_bindings(body: list[ast.stmt]) -> Iterator[tuple[str, int]]:
-    """Each module-level name a statement of ``body`` binds, with the line its statement
-    starts at (a decorated definition's first decorator), into ``if``/``try``/``with``/
-    ``for`` blocks but not into functions or classes."""
-    for statement in body:
-        start = statement.lineno
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            decorators = [decorator.lineno for decorator in statement.decorator_list]
-            yield statement.name, min([start, *decorators])
-            continue
-        if isinstance(statement, (ast.Import, ast.ImportFrom)):
-            for alias in statement.names:
-                yield (alias.asname or alias.name.split(".")[0]), start
-            continue
-        targets: list[ast.expr] = []
-        if isinstance(statement, ast.Assign):
-            targets = statement.targets
-        elif isinstance(statement, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
-            targets = [statement.target]
-        for target in targets:
-            yield from ((name, start) for name in _assigned(target))
-        blocks = [getattr(statement, block, []) for block in ("body", "orelse", "finalbody")]
-        blocks += [handler.body for handler in getattr(statement, "handlers", [])]
-        for block in blocks:
-            yield from _top_level_bindings(block)
-
-
-def _assigned(target: ast.expr) -> Iterator[str]:
-    """The names an assignment to ``target`` binds (``a``, ``a, *b``; not ``a[k]``, ``a.b``)."""
-    if isinstance(target, ast.Name):
-        yield target.id
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        for item in target.elts:
-            yield from _assigned(item)
-    elif isinstance(target, ast.Starred):
-        yield from _assigned(target.value)
-
-
-def _unusable_watchers(
-    path: Path, origin: str, definitions: tuple[Pipeline | BaseAsset, ...]
-) -> list[LoadError]:
-    """A watcher whose trigger could not be made (an unknown queue scheme, a bad URI or
-    option): the daemon would fail it when it starts, so the file reports it now."""
-    errors = []
-    seen: set[int] = set()
-    for definition in definitions:
-        for asset in definition.iter_assets():
-            for watcher in asset.watchers:
-                if id(watcher) in seen or not isinstance(watcher.trigger, UnusableTrigger):
-                    continue
-                seen.add(id(watcher))
-                line, where = _site_in(origin, watcher)
-                errors.append(
-                    LoadError(
-                        str(path),
-                        line,
-                        f"watcher {watcher.name!r} of asset {asset.name!r}{where}: "
-                        f"{watcher.trigger.error}",
-                    )
-                )
-    return errors
-
-
-def _site_in(origin: str, watcher: AssetWatcher) -> tuple[int | None, str]:
-    """The line of ``watcher`` in the file at ``origin``, or where else it was made."""
-    if watcher.defined_at is None:
-        return None, ""
-    made_in, line = watcher.defined_at
-    if made_in == origin:
-        return line, ""
-    return None, f" (made at {made_in}:{line})"
 
 
 def _collect(

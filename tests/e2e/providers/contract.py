@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import json
-import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,8 @@ from tests.e2e.daemon import (
     trigger_rows,
     triggerer_cli,
     wait_for,
+    without_triggerer_variables,
+    write_config,
     write_pipelines,
 )
 from triggerer.service.store import models
@@ -124,14 +125,8 @@ def daemon(tmp_path: Path, database_url: str, source: Source) -> DaemonProcess:
         "api": {"enabled": False},
         **{f"connections.{name}": values for name, values in source.connections.items()},
     }
-    lines = []
-    for section, values in sections.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-    config = tmp_path / "triggerer.toml"
-    config.write_text("\n".join(lines) + "\n")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TRIGGERER_")}
-    return DaemonProcess(env, tmp_path / "daemon.log", config)
+    config = write_config(tmp_path / "triggerer.toml", sections)
+    return DaemonProcess(without_triggerer_variables(), tmp_path / "daemon.log", config)
 
 
 def numbers(events: Sequence[Any]) -> list[int]:

@@ -5,18 +5,13 @@ only operators and admins may read it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-import pytest_asyncio
 from sqlalchemy import update
 
-from tests.integration.api.conftest import TOKEN, _api
-from triggerer.service.api.context import authorized
-from triggerer.service.principals import Principal
+from tests.integration.api.conftest import EMITTER_TOKEN, OPERATOR_TOKEN, VIEWER_TOKEN
 from triggerer.service.store import models
 
 if TYPE_CHECKING:
@@ -25,7 +20,8 @@ if TYPE_CHECKING:
     from tests.integration.api.conftest import Api
 
 ACTOR = "api-token-1"
-SECOND_TOKEN = "second-t0ken-for-tests-only"  # noqa: S105 - a token the tests configure
+OPERATOR = "on-call"
+"""The operator of the API's ``[[api.principals]]`` (conftest.py)."""
 
 
 async def audit(client: httpx.AsyncClient, query: str = "") -> list[dict[str, Any]]:
@@ -170,20 +166,12 @@ async def test_runs_in_a_state_that_refuses_the_change_leave_no_row(api: Api) ->
     assert summary(after) == [*summary(before), (ACTOR, "rerun", f"run:{run['run_id']}")]
 
 
-@pytest_asyncio.fixture
-async def two_tokens_api(migrated_database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
-    """The API with two tokens: the client sends the first."""
-    async for value in _api(
-        migrated_database_url, tmp_path, synced=True, tokens=(TOKEN, SECOND_TOKEN)
-    ):
-        yield value
+def as_principal(api: Api, token: str) -> httpx.AsyncClient:
+    return api.client_with({"Authorization": f"Bearer {token}"})
 
 
-async def test_posts_committed_together_are_a_row_each_naming_each_caller(
-    two_tokens_api: Api,
-) -> None:
-    api = two_tokens_api
-    second = api.client_with({"Authorization": f"Bearer {SECOND_TOKEN}"})
+async def test_posts_committed_together_are_a_row_each_naming_each_caller(api: Api) -> None:
+    second = as_principal(api, EMITTER_TOKEN)
     bodies = [
         {"uri": "orders", "extra": {"i": i}} if i % 5 else {"uri": "nowhere", "extra": {"i": i}}
         for i in range(60)
@@ -191,7 +179,7 @@ async def test_posts_committed_together_are_a_row_each_naming_each_caller(
     answers: dict[int, tuple[str, httpx.Response]] = {}
 
     async def post(i: int, body: dict[str, Any]) -> None:
-        actor, client = ("api-token-2", second) if i % 2 else (ACTOR, api.client)
+        actor, client = ("orders-feed", second) if i % 2 else (ACTOR, api.client)
         answers[i] = (actor, await client.post("/assets/events", json=body))
 
     async with second, anyio.create_task_group() as clients:
@@ -216,29 +204,28 @@ async def test_posts_committed_together_are_a_row_each_naming_each_caller(
     assert events == sorted(events)
 
 
-async def test_the_audit_is_filtered_and_paged_newest_first(two_tokens_api: Api) -> None:
-    api = two_tokens_api
+async def test_the_audit_is_filtered_and_paged_newest_first(api: Api) -> None:
     client = api.client
     await client.patch("/pipelines/count_orders", json={"paused": True})
-    async with api.client_with({"Authorization": f"Bearer {SECOND_TOKEN}"}) as second:
+    async with as_principal(api, OPERATOR_TOKEN) as second:
         await second.patch("/pipelines/matched", json={"paused": True})
         await second.post("/assets/events", json={"uri": "orders"})
     await client.patch("/pipelines/count_orders", json={"paused": False})
     everything = await audit(client)
     assert summary(everything) == [
         (ACTOR, "pause", "pipeline:count_orders"),
-        ("api-token-2", "pause", "pipeline:matched"),
-        ("api-token-2", "emit", "asset:orders"),
+        (OPERATOR, "pause", "pipeline:matched"),
+        (OPERATOR, "emit", "asset:orders"),
         (ACTOR, "unpause", "pipeline:count_orders"),
     ]
 
-    assert summary(await audit(client, "?actor=api-token-2")) == summary(everything)[1:3]
+    assert summary(await audit(client, f"?actor={OPERATOR}")) == summary(everything)[1:3]
     assert summary(await audit(client, "?action=pause")) == summary(everything)[:2]
     assert summary(await audit(client, "?target=pipeline:count_orders")) == [
         summary(everything)[0],
         summary(everything)[3],
     ]
-    assert await audit(client, "?actor=api-token-2&action=unpause") == []
+    assert await audit(client, f"?actor={OPERATOR}&action=unpause") == []
     assert await audit(client, f"?since={everything[0]['time'].replace('+', '%2B')}") == [
         row for row in everything if row["time"] >= everything[0]["time"]
     ]
@@ -250,20 +237,41 @@ async def test_the_audit_is_filtered_and_paged_newest_first(two_tokens_api: Api)
     assert "action" in bad.json()["detail"]
 
 
-@pytest.mark.parametrize(("role", "status"), [("viewer", 403), ("emitter", 403), ("operator", 200)])
-async def test_only_operators_and_admins_read_the_audit(api: Api, role: str, status: int) -> None:
-    async def as_role() -> Principal:
-        return Principal(f"someone-{role}", role)
-
-    api.app.dependency_overrides[authorized] = as_role
-    response = await api.client.get("/audit")
+@pytest.mark.parametrize(
+    ("token", "name", "role", "status"),
+    [
+        (VIEWER_TOKEN, "dashboard", "viewer", 403),
+        (EMITTER_TOKEN, "orders-feed", "emitter", 403),
+        (OPERATOR_TOKEN, OPERATOR, "operator", 200),
+    ],
+)
+async def test_only_operators_and_admins_read_the_audit(
+    api: Api, token: str, name: str, role: str, status: int
+) -> None:
+    async with as_principal(api, token) as client:
+        response = await client.get("/audit")
 
     assert response.status_code == status, response.text
     if status == 403:
         assert response.json()["detail"] == (
-            f"principal 'someone-{role}' (role {role}) lacks the permission to read the audit "
-            "log: only the operator and admin roles have it"
+            f"principal {name!r} ({role}) lacks the permission 'audit' (read the audit log), "
+            "which operator and admin hold"
         )
+
+
+async def test_changes_refused_to_a_role_leave_no_row(api: Api) -> None:
+    async with as_principal(api, VIEWER_TOKEN) as viewer, as_principal(api, EMITTER_TOKEN) as feed:
+        refused = [
+            await viewer.patch("/pipelines/count_orders", json={"paused": True}),
+            await viewer.post("/assets/events", json={"uri": "orders"}),
+            await feed.post("/assets/events", json={"uri": "customers"}),  # not its glob
+            await feed.post("/pipelines/nightly/runs", json={}),
+        ]
+        allowed = await feed.post("/assets/events", json={"uri": "orders"})
+
+    assert [response.status_code for response in refused] == [403] * 4
+    assert allowed.status_code == 201
+    assert summary(await audit(api.client)) == [("orders-feed", "emit", "asset:orders")]
 
 
 async def test_without_tokens_the_actor_is_anonymous(open_api: Api) -> None:

@@ -18,7 +18,7 @@ from triggerer.service.scheduling.registry import Registry, sync_definitions
 from triggerer.service.scheduling.schedule_queries import create_manual_run
 from triggerer.service.scheduling.scheduler import TOGETHER, Scheduler
 from triggerer.service.store import models, session_factory
-from triggerer.service.store.states import RunState
+from triggerer.service.store.states import RefRole, RunState
 from triggerer.service.store.types import utcnow
 
 PIPELINES = """
@@ -702,3 +702,21 @@ async def test_a_sync_writes_what_changed_and_the_scheduler_looks_at_that_alone(
     await harness.scheduler.run_once()
     assert len(await harness.runs("one_at_a_time")) == 1
     assert await harness.runs("each_c") == [], "not changed, not woken: waits for its wake"
+
+
+async def test_an_alias_among_inlets_is_stored_as_the_pipeline_s_inlet(
+    make_harness: Callable[[str], Awaitable[Harness]],
+) -> None:
+    harness = await make_harness(
+        "from triggerer import Asset, AssetAlias, pipeline\n"
+        "@pipeline(inlets=[Asset('orders'), AssetAlias('landed')])\n"
+        "def reads(spark, context): ...\n"
+    )
+    async with harness.sessions() as session:
+        rows = await session.execute(
+            select(models.AssetAlias.name, models.PipelineAliasRef.role).join(
+                models.PipelineAliasRef,
+                models.PipelineAliasRef.alias_id == models.AssetAlias.id,
+            )
+        )
+    assert rows.all() == [("landed", RefRole.INLET)]

@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, status
 
 from triggerer.service import actions, replay
-from triggerer.service.api.context import Caller, Context, authorized
-from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED
+from triggerer.service.api.context import Caller, Context, requires
+from triggerer.service.api.responses import CONFLICT, FORBIDDEN, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
     INT4_MAX,
     AssetId,
@@ -23,12 +23,16 @@ from triggerer.service.api.schemas import (
     Since,
     UtcTime,
 )
+from triggerer.service.principals import Permission
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import AliasRow, AssetRow, EventRow, QueuedEventRow
 from triggerer.service.store.states import EventSource
 
 router = APIRouter(
-    prefix="/assets", tags=["assets"], dependencies=[Depends(authorized)], responses=PROTECTED
+    prefix="/assets",
+    tags=["assets"],
+    dependencies=[Depends(requires(Permission.READ))],
+    responses=PROTECTED,
 )
 
 
@@ -69,11 +73,17 @@ async def list_events(
         )
 
 
-@router.post("/events", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
+@router.post(
+    "/events",
+    status_code=status.HTTP_201_CREATED,
+    responses={**NOT_FOUND, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.EMIT))],
+)
 async def create_event(context: Context, caller: Caller, new: NewAssetEvent) -> CreatedEvent:
     """Create an event (``extra`` gains ``"from_rest_api": true``) and queue it for the
     pipelines scheduled on its asset; the scheduler looks at them at once. A partition key the
-    partition mapper of a consumer cannot map is refused."""
+    partition mapper of a consumer cannot map is refused. An emitter may create events only
+    of the assets its globs match (403 for the others)."""
     return await context.new_events.create(new, caller)
 
 
@@ -92,7 +102,11 @@ async def list_queued_events(
         return await queries.queued_events(session, asset_id=asset_id, limit=limit, offset=offset)
 
 
-@router.delete("/{asset_id}/queuedEvents", responses=NOT_FOUND)
+@router.delete(
+    "/{asset_id}/queuedEvents",
+    responses={**NOT_FOUND, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def delete_queued_events(
     context: Context,
     caller: Caller,
@@ -108,7 +122,11 @@ async def delete_queued_events(
     return Deleted(deleted=deleted)
 
 
-@router.post("/{asset_id}/replay", responses={**NOT_FOUND, **CONFLICT})
+@router.post(
+    "/{asset_id}/replay",
+    responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def replay_events(
     context: Context, caller: Caller, asset_id: AssetId, asked: ReplayRequest
 ) -> replay.ReplayResult:

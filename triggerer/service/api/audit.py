@@ -1,45 +1,30 @@
-"""``/audit``: the audit log, who changed what, for the principals that may read it."""
+"""``/audit``: the audit log, who changed what, for the roles that may read it."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Depends, Query
 
 from triggerer.service import audit
-from triggerer.service.api.context import Caller, Context, authorized
+from triggerer.service.api.context import Context, requires
 from triggerer.service.api.responses import FORBIDDEN, PROTECTED
 from triggerer.service.api.schemas import NO_NUL, Limit, Offset, Since
-from triggerer.service.principals import Principal
+from triggerer.service.principals import Permission
 from triggerer.service.store.models import ID_LENGTH, NAME_LENGTH
 from triggerer.service.store.states import AuditAction
 
 router = APIRouter(
     prefix="/audit",
     tags=["audit"],
-    dependencies=[Depends(authorized)],
+    dependencies=[Depends(requires(Permission.AUDIT))],
     responses={**PROTECTED, **FORBIDDEN},
 )
-
-AUDIT_READERS = ("operator", "admin")
-"""The roles that may read the audit log."""
-
-
-async def audit_reader(caller: Caller) -> Principal:
-    """The caller, when its role may read the audit log; else 403 naming it and what it lacks."""
-    if caller.role not in AUDIT_READERS:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            f"principal {caller.name!r} (role {caller.role}) lacks the permission to read the "
-            f"audit log: only the {' and '.join(AUDIT_READERS)} roles have it",
-        )
-    return caller
 
 
 @router.get("")
 async def list_audit(
     context: Context,
-    _: Annotated[Principal, Depends(audit_reader)],
     actor: Annotated[
         str | None, Query(max_length=ID_LENGTH, pattern=NO_NUL, description="the principal")
     ] = None,
@@ -58,7 +43,7 @@ async def list_audit(
 ) -> list[audit.AuditRow]:
     """The changes made through the API and the CLI, newest first: when, by which principal
     (``actor``), what (``action``), on what (``target``) and the request's ``details``. A
-    change that failed is not listed: it changed nothing."""
+    change that failed is not listed: it changed nothing. Operators and admins only."""
     async with context.transaction() as session:
         return await audit.entries(
             session,

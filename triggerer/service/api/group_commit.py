@@ -6,11 +6,12 @@ hands its event over and waits; one writer task at a time commits all that is wa
 transaction, answers each request, and goes on while more came meanwhile. Alone, a request
 costs what it did; under load, batches grow with the load.
 
-Each request still gets its own answer: an unknown asset or a refused value fails that request
-alone; when the store refuses a batch, each event is written on its own to find out whose; a
-store that does not answer fails every request of the batch (503, nothing committed). Each
-event created is a row of the audit log naming its request's principal, the rows of a batch
-written in one statement in the batch's transaction.
+Each request still gets its own answer: an unknown asset, an asset the caller may not emit to
+(an emitter's globs, checked against the name and URI the batch reads anyway) or a refused
+value fails that request alone; when the store refuses a batch, each event is written on its
+own to find out whose; a store that does not answer fails every request of the batch (503,
+nothing committed). Each event created is a row of the audit log naming its caller, the rows
+of a batch written in one statement in the batch's transaction.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service import actions, audit
 from triggerer.service.api.schemas import CreatedEvent, NewAssetEvent
-from triggerer.service.errors import NotFound, Refused
+from triggerer.service.errors import Forbidden, NotFound, Refused
 from triggerer.service.events import Recorded, record_events
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 from triggerer.service.store.notices import notify_queued
@@ -45,7 +46,7 @@ LINGER_S = 0.002
 @dataclasses.dataclass(eq=False)
 class _Post:
     event: NewAssetEvent
-    actor: Principal
+    caller: Principal
     answer: asyncio.Future[CreatedEvent]
 
 
@@ -72,11 +73,12 @@ class GroupCommit:
         self._writer: asyncio.Task[None] | None = None
         self._posted = asyncio.Event()
 
-    async def create(self, event: NewAssetEvent, actor: Principal) -> CreatedEvent:
-        """Create ``event``, posted by ``actor``, once committed (``extra`` gains
-        ``"from_rest_api": true``) and queued for the pipelines scheduled on its asset."""
+    async def create(self, event: NewAssetEvent, caller: Principal) -> CreatedEvent:
+        """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``) and
+        queued for the pipelines scheduled on its asset, if ``caller`` may emit to it
+        (else :class:`Forbidden`); the audit log names ``caller``."""
         loop = asyncio.get_running_loop()
-        post = _Post(event, actor, loop.create_future())
+        post = _Post(event, caller, loop.create_future())
         self._waiting.append(post)
         self._posted.set()
         if self._writer is None:
@@ -156,16 +158,17 @@ class GroupCommit:
             try:
                 if isinstance(found, Exception):
                     raise found
+                post.caller.check_emit(found.name, found.uri)
                 new = actions.new_event(
-                    found[0],
+                    found.id,
                     {**post.event.extra, "from_rest_api": True},
                     source=EventSource.REST_API,
                     partition_key=post.event.partition_key,
                 )
-            except (NotFound, Refused) as error:
+            except (NotFound, Forbidden, Refused) as error:
                 refused.append((post, error))
                 continue
-            writing.append((post, new, found[1]))
+            writing.append((post, new, found.uri))
         recorded = await record_events(session, [new for _, new, _ in writing])
         # No dedup keys: every event is new, in the order given.
         queued_for = [recorded.queued.get(event.id, []) for event in recorded.events]
@@ -181,7 +184,7 @@ class GroupCommit:
         await audit.record_all(
             session,
             [
-                actions.emitted(post.actor, uri, event, post.event.extra)
+                actions.emitted(post.caller, uri, event, post.event.extra)
                 for (post, _, uri), event in zip(writing, recorded.events, strict=True)
             ],
         )

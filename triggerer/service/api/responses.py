@@ -10,7 +10,7 @@ Responses = dict[int | str, dict[str, Any]]
 
 UNAUTHORIZED: Responses = {401: {"model": Problem, "description": "no valid bearer token"}}
 FORBIDDEN: Responses = {
-    403: {"model": Problem, "description": "the caller's role lacks the permission"}
+    403: {"model": Problem, "description": "the caller's role lacks the permission it needs"}
 }
 INVALID: Responses = {422: {"model": Problem, "description": "a value is not valid"}}
 UNAVAILABLE: Responses = {503: {"model": Problem, "description": "the store does not answer"}}

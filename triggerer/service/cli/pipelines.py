@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from triggerer.service.cli import pipeline_test
 from triggerer.service.cli.output import listing, say, table
 from triggerer.service.cli.store import CliError, with_session
 from triggerer.service.cli.verbs import verb
@@ -62,6 +63,7 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="pipeline files or folders (default: the configured pipelines folder)",
     )
     check.add_argument("--json", action="store_true", help="pipelines and errors as JSON")
+    pipeline_test.add_verb(pipelines)
 
 
 PIPELINE_COLUMNS = ("pipeline_id", "schedule", "progress", "paused", "active", "fileloc", "error")

@@ -2,10 +2,11 @@
 
 A try of a pipeline with inlets gets a Unix socket of its own, in a folder only the daemon's
 user may enter, for as long as the try runs (its path is in the run's spec). The run asks there
-when it first reads an inlet: one request per connection, a line naming the asset, answered
-with the asset's events, oldest first (:class:`~triggerer.service.runs.spec.InletAnswer`). Only
-the pipeline's inlets are answered. Runs are always processes on the daemon's host (a Spark
-driver runs in client mode), so a local socket reaches every one of them.
+when it first reads an inlet: one request per connection, a line naming the asset (or the
+alias), answered with the asset's events (the events emitted through the alias), oldest first
+(:class:`~triggerer.service.runs.spec.InletAnswer`). Only the pipeline's inlets are answered.
+Runs are always processes on the daemon's host (a Spark driver runs in client mode), so a local
+socket reaches every one of them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
-from triggerer.service.runs.spec import InletAnswer, SpecAsset, SpecEvent
+from triggerer.assets import Asset
+from triggerer.service.runs.spec import InletAnswer, InletRequest, SpecAsset, SpecEvent
 from triggerer.service.store import models
 from triggerer.service.store.failures import STORE_ERRORS
 
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from anyio.abc import SocketStream
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-    from triggerer.assets import Asset
+    from triggerer.assets import AssetAlias
 
 log = structlog.get_logger(__name__)
 
@@ -43,16 +45,21 @@ MAX_REQUEST_BYTES = 64 * 1024
 
 @asynccontextmanager
 async def serving(
-    sessions: async_sessionmaker[AsyncSession], inlets: Sequence[Asset]
+    sessions: async_sessionmaker[AsyncSession] | None,
+    inlets: Sequence[Asset | AssetAlias],
+    unavailable: str = "",
 ) -> AsyncIterator[str]:
-    """Serve the events of ``inlets`` for the body of ``async with``; yields the socket's path."""
+    """Serve the events of ``inlets`` for the body of ``async with``; yields the socket's path.
+    Without ``sessions`` (``pipelines test`` with no store to read), the answer for every inlet
+    is the error ``unavailable``, which the run raises when it reads one."""
     # mkdtemp makes the folder mode 0700: another user cannot reach the socket in it. /tmp
     # rather than the run's folder, since a socket's path is limited to 107 bytes.
     folder = Path(await anyio.to_thread.run_sync(partial(tempfile.mkdtemp, prefix="triggerer-")))
     try:
         path = folder / "inlets.sock"
         listener = await anyio.create_unix_listener(path)
-        answer = partial(_answer, sessions, {SpecAsset(asset.name, asset.uri) for asset in inlets})
+        known = {_request(inlet) for inlet in inlets}
+        answer = partial(_answer, sessions, known, unavailable)
         async with listener, anyio.create_task_group() as serving:
             serving.start_soon(listener.serve, answer)
             yield str(path)
@@ -61,12 +68,21 @@ async def serving(
         await anyio.to_thread.run_sync(shutil.rmtree, folder, True)
 
 
+def _request(inlet: Asset | AssetAlias) -> InletRequest:
+    """The request a run makes for ``inlet``'s events."""
+    return InletRequest(inlet.name, inlet.uri if isinstance(inlet, Asset) else None)
+
+
 async def _answer(
-    sessions: async_sessionmaker[AsyncSession], inlets: set[SpecAsset], stream: SocketStream
+    sessions: async_sessionmaker[AsyncSession] | None,
+    inlets: set[InletRequest],
+    unavailable: str,
+    stream: SocketStream,
 ) -> None:
     async with stream:
         try:
-            answer = await _answer_to(sessions, inlets, BufferedByteReceiveStream(stream))
+            request = BufferedByteReceiveStream(stream)
+            answer = await _answer_to(sessions, inlets, unavailable, request)
             if answer is not None:
                 # A large answer is encoded off the event loop: ingest goes on meanwhile.
                 await stream.send(await anyio.to_thread.run_sync(msgspec.json.encode, answer))
@@ -77,47 +93,64 @@ async def _answer(
 
 
 async def _answer_to(
-    sessions: async_sessionmaker[AsyncSession],
-    inlets: set[SpecAsset],
+    sessions: async_sessionmaker[AsyncSession] | None,
+    inlets: set[InletRequest],
+    unavailable: str,
     request: BufferedByteReceiveStream,
 ) -> InletAnswer | None:
     """The answer to the request on ``request``; ``None`` when it is no request at all."""
     try:
-        asset = msgspec.json.decode(
-            await request.receive_until(b"\n", MAX_REQUEST_BYTES), type=SpecAsset
+        inlet = msgspec.json.decode(
+            await request.receive_until(b"\n", MAX_REQUEST_BYTES), type=InletRequest
         )
     except (anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound):
         return None  # not a run of ours asking: nothing to answer
     except msgspec.DecodeError as error:
         return InletAnswer(error=f"not an inlet request: {error}")
-    if asset not in inlets:
-        return InletAnswer(error=f"{asset.name!r} ({asset.uri}) is not an inlet of this pipeline")
+    if inlet not in inlets:
+        named = f"alias {inlet.name!r}" if inlet.uri is None else f"{inlet.name!r} ({inlet.uri})"
+        return InletAnswer(error=f"{named} is not an inlet of this pipeline")
+    if sessions is None:
+        return InletAnswer(error=unavailable)
     try:
-        return InletAnswer(events=await _events(sessions, asset))
+        return InletAnswer(events=await _events(sessions, inlet))
     except STORE_ERRORS as error:
-        log.warning("inlet_events_failed", asset=asset.name, error=str(error).splitlines()[0])
+        log.warning("inlet_events_failed", inlet=inlet.name, error=str(error).splitlines()[0])
         return InletAnswer(error=f"the metadata database did not answer: {error}")
 
 
-async def _events(sessions: async_sessionmaker[AsyncSession], asset: SpecAsset) -> list[SpecEvent]:
+async def _events(
+    sessions: async_sessionmaker[AsyncSession], inlet: InletRequest
+) -> list[SpecEvent]:
+    """The events of an inlet asset, or those emitted through an inlet alias, oldest first."""
     producer = aliased(models.Run)
-    async with sessions() as session:
-        rows = await session.execute(
-            select(models.AssetEvent, producer.run_id)
-            .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
-            .outerjoin(producer, producer.id == models.AssetEvent.source_run_pk)
-            .where(models.Asset.name == asset.name, models.Asset.uri == asset.uri)
-            .order_by(models.AssetEvent.id)
+    query = (
+        select(models.AssetEvent, models.Asset.name, models.Asset.uri, producer.run_id)
+        .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+        .outerjoin(producer, producer.id == models.AssetEvent.source_run_pk)
+        .order_by(models.AssetEvent.id)
+    )
+    if inlet.uri is not None:
+        query = query.where(models.Asset.name == inlet.name, models.Asset.uri == inlet.uri)
+    else:
+        query = (
+            query.join(
+                models.AssetEventAlias, models.AssetEventAlias.event_id == models.AssetEvent.id
+            )
+            .join(models.AssetAlias, models.AssetAlias.id == models.AssetEventAlias.alias_id)
+            .where(models.AssetAlias.name == inlet.name)
         )
+    async with sessions() as session:
+        rows = await session.execute(query)
         return [
             SpecEvent(
                 id=event.id,
-                asset=asset,
+                asset=SpecAsset(name, uri),
                 extra=event.extra,
                 timestamp=event.timestamp,
                 source=event.source,
                 partition_key=event.partition_key,
                 source_run_id=source_run_id,
             )
-            for event, source_run_id in rows.all()
+            for event, name, uri, source_run_id in rows.all()
         ]

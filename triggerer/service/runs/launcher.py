@@ -13,7 +13,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,12 +31,12 @@ from triggerer.assets import Asset, AssetAlias
 from triggerer.service import metrics
 from triggerer.service.dead_letters import unstorable
 from triggerer.service.events import NewEvent, Recorded, record_events
-from triggerer.service.runs import lifeline, runner
 from triggerer.service.runs.forks import ForkerUnavailable, RunForks, modules_ahead
 from triggerer.service.runs.inlets import serving as inlet_events
 from triggerer.service.runs.log_shipping import LogShipper
-from triggerer.service.runs.processes import Process, spark_conf, spark_env, terminate
-from triggerer.service.runs.spec import RunSpec, SparkSpec, SpecAsset, SpecEvent
+from triggerer.service.runs.processes import Process, terminate
+from triggerer.service.runs.run_process import Ended, ended, run_command, run_env, run_spec
+from triggerer.service.runs.spec import RunSpec, SpecAsset, SpecEvent
 from triggerer.service.scheduling.registry import (
     DefinitionChanges,
     Registry,
@@ -299,7 +298,7 @@ class Launcher:
         shipper: LogShipper,
         try_number: int,
         timeout_s: float | None,
-        inlets: Sequence[Asset],
+        inlets: Sequence[Asset | AssetAlias],
     ) -> Ended:
         spec_path, result_path = folder / "spec.json", folder / f"result-{try_number}.json"
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
@@ -330,7 +329,7 @@ class Launcher:
             process = await self._run_forks.start_run(spec_path, result_path, log_path)
         else:
             env = self._run_env()
-            command = _command(self._settings, spec_path, result_path, env["SPARK_HOME"])
+            command = run_command(self._settings.spark, spec_path, result_path, env["SPARK_HOME"])
             with log_path.open("ab") as log_file:
                 # A process group of its own: terminate() stops the run's whole process tree.
                 process = await anyio.open_process(
@@ -352,12 +351,10 @@ class Launcher:
                 await terminate(process)
             log.warning("run_timed_out", timeout_s=timeout_s)
             return Ended(error=f"timed out after {timeout_s:g} s (timeout_s), see {log_path}")
-        return await _ended(returncode, result_path, log_path)
+        return await ended(returncode, result_path, str(log_path))
 
     def _run_env(self) -> dict[str, str]:
-        spark = self._settings.spark
-        # A run's own JVM (classic, submit) on a local master listens on loopback only.
-        env = spark_env(spark.master if spark.mode in ("classic", "submit") else None)
+        env = run_env(self._settings.spark)
         if self._spark_server is not None:
             env |= self._spark_server.client_env
         return env
@@ -391,22 +388,18 @@ class Launcher:
             )
             for event, asset, source_run_id in rows.all()
         ]
-        spark = self._settings.spark
-        mode, remote = spark.mode, spark.remote
-        if self._spark_server is not None:
-            # Local mode: the run is a client of the daemon's warm Connect server.
-            mode, remote = "connect", await self._spark_server.wait_ready()
-        return RunSpec(
+        # Local mode: the run is a client of the daemon's warm Connect server.
+        server = None if self._spark_server is None else await self._spark_server.wait_ready()
+        return run_spec(
+            pipeline,
+            fileloc,
+            self._settings.spark,
             run_id=run.run_id,
-            pipeline_id=run.pipeline_id,
-            fileloc=fileloc,
-            application=pipeline.application,
             try_number=run.try_number,
             partition_key=run.partition_key,
-            # Manual runs carry only what was given: the pipeline's defaults fill in the rest.
-            params={**pipeline.params, **run.params},
-            triggering_events=events,
-            spark=SparkSpec(mode=mode, master=spark.master, remote=remote, conf=spark.conf),
+            params=run.params,
+            events=events,
+            local_server=server,
         )
 
     async def _finish(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished | None:
@@ -472,30 +465,11 @@ class Finished:
     outlets: Outlets | None
 
 
-@dataclasses.dataclass(frozen=True)
-class Ended:
-    """How a try ended: with a result (success), an error, or interrupted (by shutdown, or a
-    cancel)."""
-
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    interrupted: bool = False
-
-
 def _write_private(path: Path, data: bytes) -> None:
     """Write ``path`` created with mode 0600 (a spec left by a crash is replaced)."""
     path.unlink(missing_ok=True)
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
         file.write(data)
-
-
-async def _ended(returncode: int, result_path: Path, log_path: Path) -> Ended:
-    if returncode != 0:
-        return Ended(error=f"exit code {returncode}, see {log_path}")
-    try:
-        return Ended(result=json.loads(await anyio.Path(result_path).read_text()))
-    except (OSError, ValueError) as error:
-        return Ended(error=f"the run reported no outlets ({error}), see {log_path}")
 
 
 async def _record_outlets(
@@ -551,23 +525,6 @@ def _outlet_event(asset_id: int, uri: str, extra: dict[str, Any], run: models.Ru
     if reason is not None:
         raise ValueError(f"the event of {uri!r}: {reason}")
     return event
-
-
-def _command(settings: Settings, spec_path: Path, result_path: Path, spark_home: str) -> list[str]:
-    """A run's process: the runner, or spark-submit running it, started so that it dies with
-    the daemon (see :mod:`triggerer.service.runs.lifeline`)."""
-    arguments = [str(spec_path), str(result_path)]
-    spark = settings.spark
-    if spark.mode == "submit":
-        # [spark] conf goes to spark-submit: driver settings such as spark.driver.memory or
-        # spark.pyspark.python only apply there, before the driver starts.
-        conf = spark_conf(spark.master, spark.conf)
-        confs = [f"--conf={key}={value}" for key, value in conf.items()]
-        submit = os.path.join(spark_home, "bin", "spark-submit")
-        run = [submit, "--master", spark.master, *confs, runner.__file__, *arguments]
-    else:
-        run = [sys.executable, "-m", "triggerer.service.runs.runner", *arguments]
-    return lifeline.tied(run)
 
 
 def retry_at(try_number: int, delay_s: float) -> datetime:

@@ -24,12 +24,12 @@ from typing import Any
 import msgspec
 from pyspark.errors import PySparkAttributeError, PySparkNotImplementedError
 
-from triggerer.assets import Asset
+from triggerer.assets import Asset, AssetAlias
 from triggerer.context import AssetEvent, InletEvents, OutletEvents, RunContext
 from triggerer.pipelines import Metadata, Pipeline
 from triggerer.service.loader import import_pipeline_file
 from triggerer.service.runs.lifeline import die_with_parent
-from triggerer.service.runs.spec import InletAnswer, RunSpec, SpecAsset, SpecEvent
+from triggerer.service.runs.spec import InletAnswer, InletRequest, RunSpec, SpecEvent
 
 # With pandas 3, PySpark 4 warns on each session that it "does not yet fully support pandas >=
 # 3.0.0": a FutureWarning no pipeline can act on, printed into every run's log (and the run
@@ -136,19 +136,21 @@ def _event(event: SpecEvent) -> AssetEvent:
     )
 
 
-def _inlet_events(socket_path: str | None, asset: Asset) -> list[AssetEvent]:
-    """``asset``'s events, asked of the daemon (``daemon/inlets.py``)."""
+def _inlet_events(socket_path: str | None, inlet: Asset | AssetAlias) -> list[AssetEvent]:
+    """The events of ``inlet`` (an asset, or an alias: those emitted through it), asked of
+    the daemon (``runs/inlets.py``)."""
     if socket_path is None:
         raise LookupError(
-            f"the daemon serves this run no inlet events, yet {asset!r} is an inlet: the "
+            f"the daemon serves this run no inlet events, yet {inlet!r} is an inlet: the "
             "pipeline's inlets changed after the run started; it reads them on its next run"
         )
+    request = InletRequest(inlet.name, inlet.uri if isinstance(inlet, Asset) else None)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(socket_path)
-        connection.sendall(msgspec.json.encode(SpecAsset(asset.name, asset.uri)) + b"\n")
+        connection.sendall(msgspec.json.encode(request) + b"\n")
         answer = msgspec.json.decode(_received(connection), type=InletAnswer)
     if answer.error is not None:
-        raise LookupError(f"inlet events of {asset!r}: {answer.error}")
+        raise LookupError(f"inlet events of {inlet!r}: {answer.error}")
     return [_event(event) for event in answer.events]
 
 

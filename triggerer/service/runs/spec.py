@@ -40,6 +40,14 @@ class SparkSpec(msgspec.Struct, frozen=True):
     conf: dict[str, str]
 
 
+class InletRequest(msgspec.Struct, frozen=True):
+    """A run asking for the events of one of its inlets: an asset (``name`` and ``uri``, as
+    :class:`SpecAsset`), or an alias (``name`` alone): the events emitted through it."""
+
+    name: str
+    uri: str | None = None
+
+
 class InletAnswer(msgspec.Struct, frozen=True):
     """The daemon's answer to a run asking for an inlet's events: them, or why not."""
 

@@ -539,7 +539,11 @@ async def _sync_refs(
             alias_refs.update(
                 (pipeline_id, alias_ids[a], RefRole.SCHEDULE) for a in condition.iter_aliases()
             )
-        asset_refs.update((pipeline_id, asset_ids[a], RefRole.INLET) for a in pipeline.inlets)
+        for inlet in pipeline.inlets:
+            if isinstance(inlet, Asset):
+                asset_refs.add((pipeline_id, asset_ids[inlet], RefRole.INLET))
+            else:
+                alias_refs.add((pipeline_id, alias_ids[inlet], RefRole.INLET))
         for outlet in pipeline.outlets:
             if isinstance(outlet, Asset):
                 asset_refs.add((pipeline_id, asset_ids[outlet], RefRole.OUTLET))
