@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import io
 import os
 import resource
@@ -107,6 +108,11 @@ async def fill(database_url: str, folder: str, service: str) -> None:
     loader = importlib.import_module(f"{service}.loader")
     store = importlib.import_module(f"{service}.store")
 
+    # Since issue 34 each change names its actor, for the audit log.
+    actor = {}
+    if "actor" in inspect.signature(actions.emit_event).parameters:
+        actor["actor"] = importlib.import_module(f"{service}.principals").cli_principal()
+
     await store.upgrade(database_url)
     engine = store.create_engine(database_url)
     try:
@@ -115,9 +121,9 @@ async def fill(database_url: str, folder: str, service: str) -> None:
             orders = await actions.find_asset(session, asset_id=None, uri="orders")
             for n in range(EVENTS):
                 extra = {"payload": {"topic": "orders", "offset": n, "value": {"id": n}}}
-                await actions.emit_event(session, orders, extra, source="cli")
+                await actions.emit_event(session, orders, extra, source="cli", **actor)
             for _ in range(RUNS):
-                await actions.trigger_run(session, "total_orders")
+                await actions.trigger_run(session, "total_orders", **actor)
     finally:
         await engine.dispose()
 

@@ -78,6 +78,7 @@ from tests.e2e.daemon import write_pipelines
 from triggerer.service.actions import trigger_run
 from triggerer.service.api.server import ApiServer, api_server
 from triggerer.service.loader import load_pipelines
+from triggerer.service.principals import cli_principal
 from triggerer.service.scheduling.registry import Registry, sync_definitions
 from triggerer.service.scheduling.scheduler import Scheduler
 from triggerer.service.store import create_engine, models, session_factory, upgrade
@@ -255,7 +256,7 @@ async def hold_launcher(daemon: Daemon) -> None:
     """Queue a manual run of ``hold`` and wait until it runs: it keeps the launcher's slot
     (its Spark session waits for a server that is not there)."""
     async with daemon.service.sessions.begin() as session:
-        run_id = await trigger_run(session, "hold")
+        run_id = await trigger_run(session, "hold", actor=cli_principal())
     with anyio.fail_after(HOLD_TIMEOUT_S):
         while True:
             async with daemon.service.sessions() as session:

@@ -60,6 +60,7 @@ from tests.benchmarks.stats import cpu_s, cpu_ticks, machine_busy_percent, perce
 from tests.e2e.daemon import write_pipelines
 from triggerer.service import metrics
 from triggerer.service.actions import trigger_run
+from triggerer.service.principals import cli_principal
 from triggerer.service.store import create_engine, models, session_factory
 
 GOALS = {"run_created_p50_ms": 20.0, "run_created_p99_ms": 100.0}
@@ -157,7 +158,7 @@ async def runs_with_events(database_url: str) -> list[dict[str, Any]]:
 async def hold_launcher(daemon: Daemon, marks: Path) -> None:
     """Queue a manual run of ``hold`` and wait until it runs: it keeps the launcher's slot."""
     async with daemon.service.sessions.begin() as session:
-        await trigger_run(session, "hold")
+        await trigger_run(session, "hold", actor=cli_principal())
     held = anyio.Path(marks / "hold")
     with anyio.fail_after(HOLD_TIMEOUT_S):
         while not await held.exists():  # noqa: ASYNC110 - another process writes it

@@ -31,6 +31,7 @@ from tests.e2e.daemon import (
 )
 from triggerer.service import actions
 from triggerer.service.loader import load_pipelines
+from triggerer.service.principals import cli_principal
 from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, session_factory, upgrade
 
@@ -273,7 +274,9 @@ async def test_inlet_events_are_read_from_the_store_which_is_left_as_it_was(
         async with session_factory(engine).begin() as session:
             raw = await actions.find_asset(session, asset_id=None, uri="raw")
             for k in (1, 2):
-                await actions.emit_event(session, raw, {"k": k}, source="cli")
+                await actions.emit_event(
+                    session, raw, {"k": k}, source="cli", actor=cli_principal()
+                )
     finally:
         await engine.dispose()
     before = store_file(tmp_path).stat()

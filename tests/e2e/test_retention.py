@@ -1,8 +1,8 @@
 """Retention, through ``triggerer run --config`` under a steady Kafka flow, and by hand with
-``triggerer db clean``: old runs (with their logs in the store and their log folders), events
-and dead letters go; what is
-recent, still queued for a pipeline or consumed by a run that has not ended stays; every message
-produced meanwhile is exactly one event."""
+``triggerer db clean``: old runs (with their logs in the store and their log folders), events,
+dead letters and audit rows go; what is recent, still queued for a pipeline or consumed by a
+run that has not ended stays; every message produced meanwhile is exactly one event (and no
+audit row: a watcher's events are nobody's change); ``db clean`` is itself an audit row."""
 
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tests.e2e.daemon import ORDERS, Deployment, triggerer_cli
-from triggerer.service import actions
+from triggerer.service import actions, audit
 from triggerer.service.loader import load_pipelines
+from triggerer.service.principals import cli_principal
 from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, models, session_factory
-from triggerer.service.store.states import RunState
+from triggerer.service.store.states import AuditAction, RunState
 
 PIPELINES = """
     never = Asset("never")
@@ -46,6 +47,17 @@ BATCH_SIZE = 100
 MIN_MESSAGES = 300
 LOG_CHUNKS = 150
 """Chunks of each seeded run's log in the store: an old run's take two batches."""
+SEEDED_ACTOR = "seed"
+"""The actor of the seeded audit rows."""
+DELETED = {
+    "runs": 3,
+    "log_chunks": 3 * LOG_CHUNKS,
+    "log_folders": 3,
+    "events": OLD_EVENTS + 3,
+    "dead_letters": 3,
+    "audit": 3,
+}
+"""What retention deletes of the seed, by kind."""
 
 
 @dataclass
@@ -61,11 +73,13 @@ class Seeded:
     kept_folders: list[Path]
     kept_dead_letter: int
     kept_run_pks: set[int]
+    kept_audit: int
 
 
 async def seed(database_url: str, logs_dir: Path) -> Seeded:
     """Rows from 20 days ago and from 5 days ago, written straight into the store in one
-    transaction: events (one linked to an alias), finished runs with log folders, dead letters;
+    transaction: events (one linked to an alias), finished runs with log folders, dead letters,
+    audit rows;
     an old event queued for the paused pipeline ``paused_report``, and one consumed by a run of
     ``busy`` that another live instance is running."""
     now = dt.datetime.now(dt.UTC)
@@ -125,6 +139,13 @@ async def seed(database_url: str, logs_dir: Path) -> Seeded:
                 for at in (old, old, old, recent)
             ]
             session.add_all(letters)
+            audit_rows = [
+                models.AuditEntry(
+                    time=at, actor=SEEDED_ACTOR, action="pause", target="pipeline:busy", details={}
+                )
+                for at in (old, old, old, recent)
+            ]
+            session.add_all(audit_rows)
             await session.flush()
 
             session.add_all(
@@ -159,6 +180,7 @@ async def seed(database_url: str, logs_dir: Path) -> Seeded:
                 kept_folders=[Path(r.log_path or "").parent for r in (recent_run, running)],
                 kept_dead_letter=letters[-1].id,
                 kept_run_pks={recent_run.id, running.id},
+                kept_audit=audit_rows[-1].id,
             )
     finally:
         await engine.dispose()
@@ -176,7 +198,7 @@ async def prepare(deployment: Deployment) -> None:
     try:
         async with session_factory(engine).begin() as session:
             await sync_definitions(session, load_pipelines(deployment.tmp_path / "pipelines"))
-            await actions.set_paused(session, "paused_report", True)
+            await actions.set_paused(session, "paused_report", True, actor=cli_principal())
     finally:
         await engine.dispose()
 
@@ -195,6 +217,8 @@ class Store:
     source_run_of_made_by_old_run: int | None
     log_chunks: dict[int, int]
     """Chunks of runs' logs in the store, by run."""
+    seeded_audit: set[int]
+    """The seed's audit rows still there."""
 
 
 async def store(session: AsyncSession, seeded: Seeded) -> Store:
@@ -215,6 +239,13 @@ async def store(session: AsyncSession, seeded: Seeded) -> Store:
             )
         ),
         log_chunks=await _chunks_by_run(session),
+        seeded_audit=set(
+            (
+                await session.scalars(
+                    select(models.AuditEntry.id).where(models.AuditEntry.actor == SEEDED_ACTOR)
+                )
+            ).all()
+        ),
     )
 
 
@@ -244,6 +275,7 @@ def cleaned(seeded: Seeded) -> Store:
         dead_letters={seeded.kept_dead_letter},
         source_run_of_made_by_old_run=None,
         log_chunks=dict.fromkeys(seeded.kept_run_pks, LOG_CHUNKS),
+        seeded_audit={seeded.kept_audit},
     )
 
 
@@ -270,6 +302,7 @@ async def test_the_daemon_deletes_what_is_old_and_keeps_what_is_needed_under_ing
             "events_days": RETENTION_DAYS,
             "runs_days": RETENTION_DAYS,
             "dead_letters_days": RETENTION_DAYS,
+            "audit_days": RETENTION_DAYS,
             "interval_s": 0.5,
             "batch_size": BATCH_SIZE,
         },
@@ -322,18 +355,23 @@ async def test_the_daemon_deletes_what_is_old_and_keeps_what_is_needed_under_ing
     assert len(sent) >= MIN_MESSAGES
     assert not any(folder.exists() for folder in seeded.old_folders)
     assert all(folder.exists() for folder in seeded.kept_folders)
-    expected = {
-        "runs": 3,
-        "log_chunks": 3 * LOG_CHUNKS,
-        "log_folders": 3,
-        "events": OLD_EVENTS + 3,
-        "dead_letters": 3,
-    }
-    assert {kind: sum(p[kind] for p in passes) for kind in expected} == expected
+    assert {kind: sum(p[kind] for p in passes) for kind in DELETED} == DELETED
     assert all(p["duration_s"] >= 0 for p in passes)
-    assert deleted == expected
+    assert deleted == DELETED
     assert lease is not None
     assert lease.owner not in (OTHER_INSTANCE, None)
+    # The pause of prepare() is the one change made by a principal.
+    assert await deployment.query(audit_rows) == [(cli_principal().name, "pause")]
+
+
+async def audit_rows(session: AsyncSession) -> list[tuple[str, str]]:
+    """(actor, action) of the audit rows not seeded, oldest first."""
+    rows = await session.execute(
+        select(models.AuditEntry.actor, models.AuditEntry.action)
+        .where(models.AuditEntry.actor != SEEDED_ACTOR)
+        .order_by(models.AuditEntry.id)
+    )
+    return [(actor, action) for actor, action in rows.all()]
 
 
 async def trigger_events(session: AsyncSession) -> list[Any]:
@@ -386,6 +424,7 @@ async def test_db_clean_says_what_it_would_delete_then_deletes_it(offline: Deplo
         f"  {OLD_EVENTS + 3} events (2 more kept: queued for a pipeline, or consumed by a run "
         "that has not ended)",
         "  3 dead letters",
+        "  3 audit rows",
     ]
     assert await offline.query(lambda session: store(session, seeded)) == before
     assert all(folder.exists() for folder in seeded.old_folders)
@@ -398,6 +437,14 @@ async def test_db_clean_says_what_it_would_delete_then_deletes_it(offline: Deplo
     assert await offline.query(lambda session: store(session, seeded)) == cleaned(seeded)
     assert not any(folder.exists() for folder in seeded.old_folders)
     assert all(folder.exists() for folder in seeded.kept_folders)
+    # The clean is a change: one row, once it is done, with what it deleted (the dry run none).
+    cli = cli_principal().name
+    assert await offline.query(audit_rows) == [(cli, "pause"), (cli, "db_clean")]
+    [clean] = await offline.query(
+        lambda session: audit.entries(session, action=AuditAction.DB_CLEAN)
+    )
+    assert (clean.target, clean.details["before"]) == ("database", f"{day}T00:00:00+00:00")
+    assert clean.details["deleted"] == DELETED
 
 
 @pytest.mark.parametrize(

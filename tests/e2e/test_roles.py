@@ -32,21 +32,26 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 NO_SPARK = "sc://127.0.0.1:1"  # runs fail to start: their states do not matter here
-READ, EMIT, OPERATE = "read", "emit", "operate"
+READ, EMIT, OPERATE, AUDIT = "read", "emit", "operate", "audit"
 HOLDS = {
     "viewer": {READ},
     "emitter": {READ, EMIT},
-    "operator": {READ, EMIT, OPERATE},
-    "admin": {READ, EMIT, OPERATE},
+    "operator": {READ, EMIT, OPERATE, AUDIT},
+    "admin": {READ, EMIT, OPERATE, AUDIT},
 }
 """The role table of docs/api.md."""
-HOLDERS = {EMIT: "emitter, operator and admin", OPERATE: "operator and admin"}
+HOLDERS = {
+    EMIT: "emitter, operator and admin",
+    OPERATE: "operator and admin",
+    AUDIT: "operator and admin",
+}
 WHAT = {
     EMIT: "create asset events",
     OPERATE: (
         "pause and unpause pipelines, trigger, cancel and re-run runs, replay events and "
         "delete queued events"
     ),
+    AUDIT: "read the audit log",
 }
 """How a 403 says what the permission it lacks allows."""
 
@@ -166,6 +171,7 @@ ROUTES = [
     Route("GET", "/readyz", READ),
     Route("GET", "/metrics", READ),
     Route("GET", "/whoami", READ),
+    Route("GET", "/audit", AUDIT),
 ]
 
 

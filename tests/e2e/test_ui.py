@@ -17,19 +17,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import pytest
 from playwright.async_api import ConsoleMessage, Page, async_playwright, expect
 
-from tests.e2e.daemon import ORDERS, runs, sqlite_url
+from tests.e2e.daemon import ORDERS, Deployment, runs, sqlite_url
 from tests.e2e.test_api import api_url
 from tests.e2e.test_watcher_recovery import RECOVERY_TIMEOUT_S, recovery_deployment
 from triggerer.service.api.app import STATIC
-
-if TYPE_CHECKING:
-    from tests.e2e.daemon import Deployment
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 VENDOR = STATIC / "vendor" / "cytoscape.js"
@@ -908,3 +905,70 @@ async def test_windows_batches_debounce_and_a_held_watcher_show_their_times(
         await expect(page.locator("tr[data-watcher=orders_topic] [data-held-by]")).to_have_text(
             "held by throttled"
         )
+
+
+AUDITED = """
+    from triggerer import Asset, pipeline
+
+    @pipeline(schedule=Asset("orders"))
+    def count_orders(spark, context):
+        pass
+"""
+AUDIT_PRINCIPALS = """
+[[api.principals]]
+name = "on-call"
+role = "operator"
+token = "t-on-call"
+
+[[api.principals]]
+name = "dashboard"
+role = "viewer"
+token = "t-dashboard"
+"""
+
+
+@pytest.mark.timeout(180)
+async def test_a_pipelines_panel_shows_its_last_changes_to_a_role_that_may_read_them(
+    tmp_path: Path,
+) -> None:
+    deployment = Deployment(tmp_path, sqlite_url(tmp_path), "sc://127.0.0.1:1", "", "")
+    deployment.write_pipelines(AUDITED)
+    config = deployment.config_file(api={"enabled": True, "port": 0, "tokens": [TOKEN]})
+    with config.open("a") as file:
+        file.write(AUDIT_PRINCIPALS)
+    with deployment.process_with_config(config) as daemon:
+        daemon.start()
+        await daemon.wait_logged("pipelines_loaded")
+        await daemon.wait_logged("api_listening")
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = await browser.new_page(viewport={"width": 1400, "height": 800})
+            errors = collect_errors(page)
+            await page.goto(api_url(daemon).removesuffix("/api/v1") + "/#/pipeline/count_orders")
+            await page.fill("#token-input", "t-on-call")
+            await page.click("#token-save")
+            await expect(page.locator("#panel h1")).to_have_text("count_orders")
+            await expect(page.locator("#panel")).to_contain_text("none recorded")
+
+            # Each change is a row, newest first, naming who made it.
+            changes = page.locator("#panel table.changes tr[data-action]")
+            await page.click("#toggle-pause")
+            await expect(changes).to_have_count(1)
+            await page.click("#toggle-pause")
+            await expect(changes).to_have_count(2)
+            await expect(changes.nth(0)).to_contain_text("on-call")
+            await expect(changes.nth(0)).to_contain_text("unpause")
+            await expect(changes.nth(1)).to_have_attribute("data-action", "pause")
+            await shoot(page, "pipeline-changes")
+
+            # A viewer may not read the audit log: no such section, and no error.
+            await page.evaluate("sessionStorage.setItem('triggerer.token', 't-dashboard')")
+            await page.reload()
+            await expect(page.locator("#whoami")).to_have_text("dashboard · viewer")
+            await expect(page.locator("#panel h1")).to_have_text("count_orders")
+            polls = await page.evaluate("window.triggerer.polls")
+            await page.wait_for_function(f"window.triggerer.polls >= {polls + 2}")
+            await expect(page.locator("#panel h2", has_text="Last changes")).to_have_count(0)
+            await expect(page.locator("#panel .error")).to_have_count(0)
+            await browser.close()
+    assert errors == []

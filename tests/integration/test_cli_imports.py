@@ -18,6 +18,7 @@ from alembic.script import ScriptDirectory
 
 from triggerer.service import actions
 from triggerer.service.loader import load_pipelines
+from triggerer.service.principals import cli_principal
 from triggerer.service.scheduling.registry import sync_definitions
 from triggerer.service.store import create_engine, head_revision, session_factory
 from triggerer.service.store.migrate import alembic_config
@@ -52,6 +53,8 @@ READING_VERBS = (
     ("watchers", "list"),
     ("events", "list"),
     ("events", "dead-letters"),
+    ("audit", "list"),
+    ("audit", "list", "--json", "--action", "emit"),
     ("explain", "count_orders"),
     ("runs", "logs", "count_orders__manual__x"),  # no such run: an error, its imports too
     ("check",),
@@ -130,8 +133,9 @@ def test_verbs_that_read_the_store_import_the_store_alone(
             async with session_factory(engine).begin() as session:
                 await sync_definitions(session, load_pipelines(folder))
                 orders = await actions.find_asset(session, asset_id=None, uri="orders")
-                await actions.emit_event(session, orders, {"n": 1}, source="cli")
-                await actions.trigger_run(session, "count_orders")
+                cli = cli_principal()
+                await actions.emit_event(session, orders, {"n": 1}, source="cli", actor=cli)
+                await actions.trigger_run(session, "count_orders", actor=cli)
         finally:
             await engine.dispose()
 

@@ -21,12 +21,17 @@ from triggerer.service.principals import (
     token_principal,
 )
 
-READ, EMIT, OPERATE = Permission.READ, Permission.EMIT, Permission.OPERATE
+READ, EMIT, OPERATE, AUDIT = (
+    Permission.READ,
+    Permission.EMIT,
+    Permission.OPERATE,
+    Permission.AUDIT,
+)
 EXPECTED = {
     Role.VIEWER: {READ},
     Role.EMITTER: {READ, EMIT},
-    Role.OPERATOR: {READ, EMIT, OPERATE},
-    Role.ADMIN: {READ, EMIT, OPERATE},
+    Role.OPERATOR: {READ, EMIT, OPERATE, AUDIT},
+    Role.ADMIN: {READ, EMIT, OPERATE, AUDIT},
 }
 """The role table of docs/api.md, written out."""
 
@@ -54,6 +59,7 @@ def test_each_role_holds_exactly_the_permissions_of_the_table(
         holders = {
             Permission.EMIT: "emitter, operator and admin",
             Permission.OPERATE: "operator and admin",
+            Permission.AUDIT: "operator and admin",
         }
         assert message.endswith(f"which {holders[permission]} hold")
 

@@ -14,7 +14,7 @@ NOW = dt.datetime(2026, 3, 31, 12, tzinfo=dt.UTC)
 
 
 def test_each_kind_is_cut_off_its_own_days_ago() -> None:
-    settings = RetentionSettings(events_days=7, runs_days=30, dead_letters_days=90)
+    settings = RetentionSettings(events_days=7, runs_days=30, dead_letters_days=90, audit_days=180)
 
     cutoffs = Cutoffs.of(settings, NOW)
 
@@ -22,24 +22,31 @@ def test_each_kind_is_cut_off_its_own_days_ago() -> None:
         events=NOW - dt.timedelta(days=7),
         runs=NOW - dt.timedelta(days=30),
         dead_letters=NOW - dt.timedelta(days=90),
+        audit=NOW - dt.timedelta(days=180),
     )
     assert cutoffs.any
 
 
 def test_zero_days_keeps_that_kind_for_ever() -> None:
-    cutoffs = Cutoffs.of(RetentionSettings(events_days=0, dead_letters_days=0), NOW)
+    cutoffs = Cutoffs.of(RetentionSettings(events_days=0, dead_letters_days=0, audit_days=0), NOW)
 
     assert cutoffs == Cutoffs(runs=NOW - dt.timedelta(days=30))
     assert not Cutoffs.of(
-        RetentionSettings(events_days=0, runs_days=0, dead_letters_days=0), NOW
+        RetentionSettings(events_days=0, runs_days=0, dead_letters_days=0, audit_days=0), NOW
     ).any
+    assert Cutoffs.of(
+        RetentionSettings(events_days=0, runs_days=0, dead_letters_days=0), NOW
+    ).any, "the audit log is kept a year by default"
 
 
-def test_the_defaults_keep_a_month() -> None:
+def test_the_defaults_keep_a_month_and_the_audit_log_a_year() -> None:
     month_ago = NOW - dt.timedelta(days=30)
+    year_ago = NOW - dt.timedelta(days=365)
 
-    assert Cutoffs.of(RetentionSettings(), NOW) == Cutoffs(month_ago, month_ago, month_ago)
-    assert Cutoffs.before(month_ago) == Cutoffs(month_ago, month_ago, month_ago)
+    assert Cutoffs.of(RetentionSettings(), NOW) == Cutoffs(
+        month_ago, month_ago, month_ago, year_ago
+    )
+    assert Cutoffs.before(month_ago) == Cutoffs(month_ago, month_ago, month_ago, month_ago)
 
 
 def test_a_runs_log_folder_is_where_the_launcher_makes_it() -> None:

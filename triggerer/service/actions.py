@@ -3,27 +3,34 @@ queued events, queue a manual run, cancel a run or run it again. The caller comm
 named must exist (:class:`~triggerer.service.errors.NotFound`), what is given must be usable
 (:class:`~triggerer.service.errors.Refused`) and its state must allow the change
 (:class:`~triggerer.service.errors.Conflict`).
+
+Each change is made by an ``actor`` (the principal of the request or of the command), and
+writes its row of the audit log (:mod:`triggerer.service.audit`) in the caller's transaction.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from triggerer.service import audit
 from triggerer.service.dead_letters import unstorable
 from triggerer.service.errors import Conflict, NotFound, Refused
-from triggerer.service.events import NewEvent, Recorded, record_events
+from triggerer.service.events import NewEvent, Recorded, RecordedEvent, record_events
 from triggerer.service.reads import queries
 from triggerer.service.store import models
 from triggerer.service.store.notices import notify_cancel, notify_queued
-from triggerer.service.store.states import FINISHED_RUN_STATES, RunState
+from triggerer.service.store.states import FINISHED_RUN_STATES, AuditAction, RunState
 from triggerer.service.store.types import utcnow
 from triggerer.triggers import check_json
 from triggerer.uri import normalize_uri
+
+if TYPE_CHECKING:
+    from triggerer.service.principals import Principal
 
 
 async def find_asset(session: AsyncSession, *, asset_id: int | None, uri: str | None) -> int:
@@ -122,18 +129,32 @@ async def emit_event(
     asset_id: int,
     extra: dict[str, Any],
     *,
+    actor: Principal,
     source: str,
     partition_key: str | None = None,
 ) -> Recorded:
     """Record an event on ``asset_id`` and queue it for its consumers; daemons in other
     processes hear of it when the caller commits (PostgreSQL)."""
+    asset = await session.get(models.Asset, asset_id)
+    if asset is None:
+        raise queries.missing_asset(asset_id)
     new = new_event(asset_id, extra, source=source, partition_key=partition_key)
     recorded = await record_events(session, [new])
     await notify_queued(session, recorded.queued_pipelines)
+    await audit.record_all(session, [emitted(actor, asset.uri, recorded.events[0], extra)])
     return recorded
 
 
-async def set_paused(session: AsyncSession, pipeline_id: str, paused: bool) -> None:
+def emitted(actor: Principal, uri: str, event: RecordedEvent, extra: dict[str, Any]) -> audit.Entry:
+    """The audit entry of an event ``actor`` emitted on the asset ``uri``, with the ``extra``
+    it gave (the REST API's stored extra also says ``from_rest_api``)."""
+    details = {"event_id": event.id, "extra": extra, "partition_key": event.partition_key}
+    return audit.Entry(actor.name, AuditAction.EMIT, audit.asset_target(uri), details)
+
+
+async def set_paused(
+    session: AsyncSession, pipeline_id: str, paused: bool, *, actor: Principal
+) -> None:
     """Pause (no runs start; events are still queued for it, and wait) or unpause a
     pipeline."""
     changed = await session.execute(
@@ -146,21 +167,32 @@ async def set_paused(session: AsyncSession, pipeline_id: str, paused: bool) -> N
     if not paused:
         # Events queued before or during the pause may be enough for a run now.
         await notify_queued(session, [pipeline_id])
+    action = AuditAction.PAUSE if paused else AuditAction.UNPAUSE
+    await audit.record(session, actor, action, audit.pipeline_target(pipeline_id), {})
 
 
 async def delete_queued_events(
     session: AsyncSession,
     *,
+    actor: Principal,
     asset_id: int | None = None,
     pipeline_id: str | None = None,
     before: dt.datetime | None = None,
 ) -> int:
     """Remove events from pipelines' queues (by asset, pipeline or both; queued before
     ``before``); how many queue rows went. The events themselves are kept."""
+    details: dict[str, Any] = {}
     if asset_id is not None:
-        await queries.require_asset(session, asset_id)
+        asset = await session.get(models.Asset, asset_id)
+        if asset is None:
+            raise queries.missing_asset(asset_id)
+        target = audit.asset_target(asset.uri)
+        details["asset"] = asset.uri
     if pipeline_id is not None:
         await queries.pipeline_model(session, pipeline_id)
+        target = audit.pipeline_target(pipeline_id)
+    elif asset_id is None:
+        raise Refused("name the asset or the pipeline whose queued events to delete")
     statement = delete(models.QueuedEvent)
     if asset_id is not None:
         statement = statement.where(models.QueuedEvent.asset_id == asset_id)
@@ -168,12 +200,20 @@ async def delete_queued_events(
         statement = statement.where(models.QueuedEvent.pipeline_id == pipeline_id)
     if before is not None:
         statement = statement.where(models.QueuedEvent.created_at < before)
-    deleted = await session.execute(statement)
-    return int(deleted.rowcount)  # type: ignore[attr-defined]  # CursorResult
+        details["before"] = before.isoformat()
+    result = await session.execute(statement)
+    deleted = int(result.rowcount)  # type: ignore[attr-defined]  # CursorResult
+    details["deleted"] = deleted
+    await audit.record(session, actor, AuditAction.DELETE_QUEUED, target, details)
+    return deleted
 
 
 async def trigger_run(
-    session: AsyncSession, pipeline_id: str, params: dict[str, Any] | None = None
+    session: AsyncSession,
+    pipeline_id: str,
+    params: dict[str, Any] | None = None,
+    *,
+    actor: Principal,
 ) -> str:
     """Queue a manual run of ``pipeline_id``; its run id."""
     await queries.pipeline_model(session, pipeline_id)
@@ -185,10 +225,15 @@ async def trigger_run(
     # verbs skip them.
     from triggerer.service.scheduling.schedule_queries import create_manual_run
 
-    return await create_manual_run(session, pipeline_id, params)
+    run_id = await create_manual_run(session, pipeline_id, params)
+    details = {"run_id": run_id, "params": params or {}}
+    await audit.record(
+        session, actor, AuditAction.TRIGGER, audit.pipeline_target(pipeline_id), details
+    )
+    return run_id
 
 
-async def cancel_run(session: AsyncSession, run_id: str) -> RunState:
+async def cancel_run(session: AsyncSession, run_id: str, *, actor: Principal) -> RunState:
     """Cancel a run; the state it is in now. One that has not started (queued, or waiting to
     retry) is ``cancelled`` at once; a running one is ``cancelling`` until the daemon running
     it, told when the caller commits, has stopped its process group. A finished run is a
@@ -201,17 +246,26 @@ async def cancel_run(session: AsyncSession, run_id: str) -> RunState:
     waiting = (RunState.QUEUED, RunState.UP_FOR_RETRY)
     while run.state not in FINISHED_RUN_STATES:
         if await _change_state(session, run.id, waiting, RunState.CANCELLED):
-            return RunState.CANCELLED
+            return await _cancelled(session, actor, run, RunState.CANCELLED)
         if await _change_state(
             session, run.id, (RunState.RUNNING, RunState.CANCELLING), RunState.CANCELLING
         ):  # (again, for one already cancelling: the daemon is told once more)
             await notify_cancel(session)
-            return RunState.CANCELLING
+            return await _cancelled(session, actor, run, RunState.CANCELLING)
         await session.refresh(run)  # as another process left it
     raise Conflict(
         f"run {run_id!r} is {run.state}: only a queued, running or up_for_retry run can be "
         "cancelled"
     )
+
+
+async def _cancelled(
+    session: AsyncSession, actor: Principal, run: models.Run, state: RunState
+) -> RunState:
+    """Record ``actor``'s cancel of ``run``, which left it in ``state``; that state."""
+    details = {"pipeline_id": run.pipeline_id, "state": state.value}
+    await audit.record(session, actor, AuditAction.CANCEL, audit.run_target(run.run_id), details)
+    return state
 
 
 async def _change_state(
@@ -230,7 +284,7 @@ async def _change_state(
     return bool(changed.rowcount == 1)  # type: ignore[attr-defined]  # CursorResult
 
 
-async def rerun(session: AsyncSession, run_id: str) -> str:
+async def rerun(session: AsyncSession, run_id: str, *, actor: Principal) -> str:
     """Queue a new run of a finished run's pipeline consuming the same events (a re-run of it);
     its run id. A run that is not finished is a :class:`Conflict`."""
     run = await queries.run_model(session, run_id)
@@ -242,4 +296,7 @@ async def rerun(session: AsyncSession, run_id: str) -> str:
     # As for a manual run: the scheduler's queries only for this.
     from triggerer.service.scheduling.schedule_queries import create_rerun
 
-    return await create_rerun(session, run)
+    new_run_id = await create_rerun(session, run)
+    details = {"pipeline_id": run.pipeline_id, "new_run_id": new_run_id}
+    await audit.record(session, actor, AuditAction.RERUN, audit.run_target(run.run_id), details)
+    return new_run_id

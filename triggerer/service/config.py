@@ -433,6 +433,8 @@ class RetentionSettings(_Section):
     events_days: int = Field(default=30, ge=0, le=MAX_RETENTION_DAYS)
     runs_days: int = Field(default=30, ge=0, le=MAX_RETENTION_DAYS)
     dead_letters_days: int = Field(default=30, ge=0, le=MAX_RETENTION_DAYS)
+    # A year: the audit log answers "who changed this?" long after the events and runs have gone.
+    audit_days: int = Field(default=365, ge=0, le=MAX_RETENTION_DAYS)
     interval_s: float = Field(default=600.0, gt=0, le=DAY_S)
     batch_size: int = Field(default=500, ge=1, le=10_000)
 

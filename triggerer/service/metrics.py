@@ -157,7 +157,7 @@ OPENLINEAGE_EVENTS = Counter(
 RETENTION_DELETED = Counter(
     "triggerer_retention_deleted",
     "What retention deleted from the store, by kind (runs, log_chunks, log_folders, events, "
-    "dead_letters)",
+    "dead_letters, audit)",
     ["kind"],
 )
 

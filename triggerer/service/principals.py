@@ -36,6 +36,8 @@ class Permission(enum.StrEnum):
     OPERATE = "operate"
     """Pausing and unpausing pipelines, triggering, cancelling and re-running runs, replaying
     events, deleting queued events."""
+    AUDIT = "audit"
+    """Reading the audit log: who changed what."""
 
     @property
     def what(self) -> str:
@@ -50,12 +52,15 @@ _WHAT = {
         "pause and unpause pipelines, trigger, cancel and re-run runs, replay events and "
         "delete queued events"
     ),
+    Permission.AUDIT: "read the audit log",
 }
 
 ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = {
     Role.VIEWER: frozenset({Permission.READ}),
     Role.EMITTER: frozenset({Permission.READ, Permission.EMIT}),
-    Role.OPERATOR: frozenset({Permission.READ, Permission.EMIT, Permission.OPERATE}),
+    Role.OPERATOR: frozenset(
+        {Permission.READ, Permission.EMIT, Permission.OPERATE, Permission.AUDIT}
+    ),
     # Nothing in the API needs more than an operator today; admin is what [api] tokens, an
     # open API and the CLI are, and what any permission added later is held by.
     Role.ADMIN: frozenset(Permission),

@@ -11,7 +11,8 @@ predicts from the pipeline's queue as it would be, with the scheduler's own pick
 writing anything.
 
 The caller commits; that wakes the daemons of other processes on PostgreSQL (a ``queued``
-notice); on SQLite their scheduler's sweep finds the rows within seconds.
+notice); on SQLite their scheduler's sweep finds the rows within seconds. A replay (not a dry
+run) is a row of the audit log, in the same transaction.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from triggerer.partitions import (
     ToYearly,
 )
 from triggerer.schedules import Batch, PartitionedAssetTimetable
+from triggerer.service import audit
 from triggerer.service.errors import Conflict, NotFound, Refused
 from triggerer.service.reads import queries
 from triggerer.service.reads.explain import condition_from_tree, condition_of
@@ -44,7 +46,7 @@ from triggerer.service.scheduling.schedule_queries import asset_run_id, members_
 from triggerer.service.store import models
 from triggerer.service.store.keys import asset_identity_key
 from triggerer.service.store.notices import notify_queued
-from triggerer.service.store.states import RefRole
+from triggerer.service.store.states import AuditAction, RefRole
 from triggerer.service.store.types import utcnow
 from triggerer.uri import normalize_uri
 
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from triggerer.assets import BaseAsset
     from triggerer.pipelines import RunPolicy
     from triggerer.schedules import Schedule
+    from triggerer.service.principals import Principal
 
 LISTED = 1000
 """Most event ids an answer lists (of the events queued, of a run's events); counts say all."""
@@ -160,10 +163,12 @@ async def replay(
     until: dt.datetime | None = None,
     pipeline_id: str | None = None,
     dry_run: bool = False,
+    actor: Principal,
 ) -> ReplayResult:
     """Queue the events of ``asset_id`` stored in ``[since, until)`` (``until``: now) again for
-    ``pipeline_id``, or for every consumer of the asset that is not paused; with ``dry_run``,
-    only say what would be queued and which runs would start. The caller commits."""
+    ``pipeline_id``, or for every consumer of the asset that is not paused, as ``actor``'s
+    change; with ``dry_run``, only say what would be queued and which runs would start. The
+    caller commits."""
     asset = await session.get(models.Asset, asset_id)
     if asset is None:
         raise queries.missing_asset(asset_id)
@@ -180,6 +185,14 @@ async def replay(
     ]
     if not dry_run:
         await notify_queued(session, [p.pipeline_id for p in done if p.queued])
+        details = {
+            "since": since.isoformat(),
+            "until": until.isoformat(),
+            "pipeline_id": pipeline_id,
+            "queued": {p.pipeline_id: p.queued for p in done},
+        }
+        target = audit.asset_target(asset.uri)
+        await audit.record(session, actor, AuditAction.REPLAY, target, details)
     return ReplayResult(
         asset_id=asset.id,
         name=asset.name,

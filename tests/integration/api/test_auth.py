@@ -93,24 +93,27 @@ async def test_the_docs_page_and_the_openapi_document_are_served(api: Api) -> No
 async def test_a_viewer_reads_every_route_and_changes_none_and_an_emitter_only_emits(
     api: Api,
 ) -> None:
-    # Through the routes with sample parameters (404s and 422s are fine): a GET is never a 403,
-    # a change is one for the roles without its permission, naming the principal and it.
+    # Through the routes with sample parameters (404s and 422s are fine): a GET is never a 403
+    # but the audit log's, a change is one for the roles without its permission, naming the
+    # principal and it.
     listed = routes(api)
     changes = [(m, p) for m, p in listed if m != "GET" and (m, p) not in READ_ONLY_POSTS]
     assert len(changes) == 9
+    guarded = {change: "emit" if change in EMITS else "operate" for change in changes}
+    guarded["GET", "/audit"] = "audit"
     for token, name, may in (
         (VIEWER_TOKEN, "'dashboard' (viewer)", set()),
         (EMITTER_TOKEN, "'orders-feed' (emitter)", EMITS),
-        (OPERATOR_TOKEN, "'on-call' (operator)", set(changes)),
-        (TOKEN, "'api-token-1' (admin)", set(changes)),
+        (OPERATOR_TOKEN, "'on-call' (operator)", set(guarded)),
+        (TOKEN, "'api-token-1' (admin)", set(guarded)),
     ):
         async with api.client_with({"Authorization": f"Bearer {token}"}) as client:
             for method, path in listed:
                 response = await client.request(method, path)
-                if (method, path) in changes and (method, path) not in may:
+                if (method, path) in guarded and (method, path) not in may:
                     assert response.status_code == 403, (token, method, path, response.text)
                     detail = response.json()["detail"]
-                    needed = "emit" if (method, path) in EMITS else "operate"
+                    needed = guarded[method, path]
                     assert f"principal {name} lacks the permission {needed!r}" in detail
                 else:
                     assert response.status_code not in (401, 403, 500), (token, method, path)
@@ -137,13 +140,13 @@ async def test_whoami_says_who_the_caller_is_and_what_it_may_do(api: Api, open_a
         OPERATOR_TOKEN: {
             "name": "on-call",
             "role": "operator",
-            "permissions": ["read", "emit", "operate"],
+            "permissions": ["read", "emit", "operate", "audit"],
             "assets": None,
         },
         TOKEN: {
             "name": "api-token-1",
             "role": "admin",
-            "permissions": ["read", "emit", "operate"],
+            "permissions": ["read", "emit", "operate", "audit"],
             "assets": None,
         },
     }

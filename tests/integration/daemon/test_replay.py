@@ -18,6 +18,7 @@ from tests.integration.daemon.test_scheduling import Harness
 from triggerer.service import replay
 from triggerer.service.daemon import retention
 from triggerer.service.errors import Conflict, NotFound, Refused
+from triggerer.service.principals import cli_principal
 from triggerer.service.store import models, session_factory
 
 MakeHarness = Callable[[str], Awaitable[Harness]]
@@ -67,7 +68,11 @@ async def make_harness(migrated_engine: AsyncEngine, tmp_path: Path) -> MakeHarn
 async def replayed(harness: Harness, **options: Any) -> replay.ReplayResult:
     async with harness.sessions.begin() as session:
         return await replay.replay(
-            session, harness.asset_id(options.pop("asset", "a")), since=EPOCH, **options
+            session,
+            harness.asset_id(options.pop("asset", "a")),
+            since=EPOCH,
+            actor=cli_principal(),
+            **options,
         )
 
 

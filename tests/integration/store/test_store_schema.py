@@ -31,6 +31,7 @@ from triggerer.service.store.models import (
     Asset,
     AssetEvent,
     AssetWatcher,
+    AuditEntry,
     Base,
     Pipeline,
     PipelineAssetRef,
@@ -287,6 +288,44 @@ async def test_a_runs_log_chunks_go_with_the_run_and_with_a_downgrade(database_u
             await conn.run_sync(_downgrade, "0014")
         assert "run_log_chunk" not in await _table_names(database_url)
         assert await current_revision(database_url) == "0014"
+    finally:
+        await engine.dispose()
+
+
+async def test_the_audit_log_holds_known_actions_and_goes_with_a_downgrade(
+    database_url: str,
+) -> None:
+    """Revision 0020 adds the audit log: a row per change, its action one of the known ones;
+    a downgrade drops it (an older build writes none)."""
+    await upgrade(database_url, "0019")
+    assert "audit" not in await _table_names(database_url)
+    await upgrade(database_url)
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            at = dt.datetime(2026, 12, 8, 9, 30, tzinfo=dt.UTC)
+            entry = AuditEntry(
+                time=at,
+                actor="cli:alice",
+                action="replay",
+                target="asset:s3://lake/orders/",
+                details={"since": "2026-12-01T00:00:00+00:00", "queued": {"report": 3}},
+            )
+            await _add(session, entry)
+            stored = (await session.execute(select(AuditEntry.time, AuditEntry.details))).one()
+            assert tuple(stored) == (
+                at,
+                {"since": "2026-12-01T00:00:00+00:00", "queued": {"report": 3}},
+            )
+            session.add(
+                AuditEntry(actor="cli:alice", action="explode", target="database", details={})
+            )
+            with pytest.raises(IntegrityError):
+                await session.commit()
+        async with engine.connect() as conn:
+            await conn.run_sync(_downgrade, "0019")
+        assert "audit" not in await _table_names(database_url)
+        assert await current_revision(database_url) == "0019"
     finally:
         await engine.dispose()
 

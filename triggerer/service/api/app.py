@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException
 from triggerer.service.api import (
     activity,
     assets,
+    audit,
     events,
     health,
     import_errors,
@@ -71,6 +72,7 @@ def create_app(context: ApiContext) -> FastAPI:
         watchers,
         events,
         activity,
+        audit,
         health,
         whoami,
     ):

@@ -108,12 +108,17 @@ async def list_queued_events(
     dependencies=[Depends(requires(Permission.OPERATE))],
 )
 async def delete_queued_events(
-    context: Context, asset_id: AssetId, before: Annotated[UtcTime | None, Query()] = None
+    context: Context,
+    caller: Caller,
+    asset_id: AssetId,
+    before: Annotated[UtcTime | None, Query()] = None,
 ) -> Deleted:
     """Remove the asset's events from every pipeline's queue (those queued before ``before``);
     the events themselves are kept."""
     async with context.transaction() as session:
-        deleted = await actions.delete_queued_events(session, asset_id=asset_id, before=before)
+        deleted = await actions.delete_queued_events(
+            session, actor=caller, asset_id=asset_id, before=before
+        )
     return Deleted(deleted=deleted)
 
 
@@ -123,7 +128,7 @@ async def delete_queued_events(
     dependencies=[Depends(requires(Permission.OPERATE))],
 )
 async def replay_events(
-    context: Context, asset_id: AssetId, asked: ReplayRequest
+    context: Context, caller: Caller, asset_id: AssetId, asked: ReplayRequest
 ) -> replay.ReplayResult:
     """Queue the asset's events stored in ``[since, until)`` again for ``pipeline_id``, or every
     consumer not paused, so their conditions see them again; the scheduler looks at once. An
@@ -139,6 +144,7 @@ async def replay_events(
             until=asked.until,
             pipeline_id=asked.pipeline_id,
             dry_run=asked.dry_run,
+            actor=caller,
         )
     if not result.dry_run:
         context.wake_scheduler({done.pipeline_id for done in result.pipelines if done.queued})

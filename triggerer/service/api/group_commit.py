@@ -10,7 +10,8 @@ Each request still gets its own answer: an unknown asset, an asset the caller ma
 (an emitter's globs, checked against the name and URI the batch reads anyway) or a refused
 value fails that request alone; when the store refuses a batch, each event is written on its
 own to find out whose; a store that does not answer fails every request of the batch (503,
-nothing committed).
+nothing committed). Each event created is a row of the audit log naming its caller, the rows
+of a batch written in one statement in the batch's transaction.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.schedules import PartitionedAssetTimetable
-from triggerer.service import actions
+from triggerer.service import actions, audit
 from triggerer.service.api.schemas import CreatedEvent, NewAssetEvent
 from triggerer.service.errors import Forbidden, NotFound, Refused
 from triggerer.service.events import Recorded, record_events
@@ -75,7 +76,7 @@ class GroupCommit:
     async def create(self, event: NewAssetEvent, caller: Principal) -> CreatedEvent:
         """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``) and
         queued for the pipelines scheduled on its asset, if ``caller`` may emit to it
-        (else :class:`Forbidden`)."""
+        (else :class:`Forbidden`); the audit log names ``caller``."""
         loop = asyncio.get_running_loop()
         post = _Post(event, caller, loop.create_future())
         self._waiting.append(post)
@@ -180,6 +181,13 @@ class GroupCommit:
         if unmappable:
             raise _Unmappable([post for post, _, _ in writing if post not in unmappable])
         await notify_queued(session, recorded.queued_pipelines)
+        await audit.record_all(
+            session,
+            [
+                actions.emitted(post.caller, uri, event, post.event.extra)
+                for (post, _, uri), event in zip(writing, recorded.events, strict=True)
+            ],
+        )
         answers = [
             (
                 post,

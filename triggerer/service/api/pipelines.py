@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, status
 
 from triggerer.service import actions
-from triggerer.service.api.context import Context, requires
+from triggerer.service.api.context import Caller, Context, requires
 from triggerer.service.api.responses import FORBIDDEN, INVALID, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
     AssetId,
@@ -64,11 +64,11 @@ async def get_pipeline(context: Context, pipeline_id: PipelineId) -> PipelineRow
     dependencies=[Depends(requires(Permission.OPERATE))],
 )
 async def patch_pipeline(
-    context: Context, pipeline_id: PipelineId, patch: PipelinePatch
+    context: Context, caller: Caller, pipeline_id: PipelineId, patch: PipelinePatch
 ) -> PipelineRow:
     """Pause (no runs start; its events are still queued, and wait) or unpause."""
     async with context.transaction() as session:
-        await actions.set_paused(session, pipeline_id, patch.paused)
+        await actions.set_paused(session, pipeline_id, patch.paused, actor=caller)
         row = await queries.pipeline(session, pipeline_id)
     if not patch.paused:
         context.wake_scheduler({pipeline_id})
@@ -119,12 +119,15 @@ async def list_queued_events(
     dependencies=[Depends(requires(Permission.OPERATE))],
 )
 async def delete_queued_events(
-    context: Context, pipeline_id: PipelineId, before: Annotated[UtcTime | None, Query()] = None
+    context: Context,
+    caller: Caller,
+    pipeline_id: PipelineId,
+    before: Annotated[UtcTime | None, Query()] = None,
 ) -> Deleted:
     """Empty the pipeline's queue (of what was queued before ``before``)."""
     async with context.transaction() as session:
         deleted = await actions.delete_queued_events(
-            session, pipeline_id=pipeline_id, before=before
+            session, actor=caller, pipeline_id=pipeline_id, before=before
         )
     return Deleted(deleted=deleted)
 
@@ -151,6 +154,7 @@ async def list_asset_queued_events(
 )
 async def delete_asset_queued_events(
     context: Context,
+    caller: Caller,
     pipeline_id: PipelineId,
     asset_id: AssetId,
     before: Annotated[UtcTime | None, Query()] = None,
@@ -158,7 +162,7 @@ async def delete_asset_queued_events(
     """Remove one asset's events from the pipeline's queue."""
     async with context.transaction() as session:
         deleted = await actions.delete_queued_events(
-            session, pipeline_id=pipeline_id, asset_id=asset_id, before=before
+            session, actor=caller, pipeline_id=pipeline_id, asset_id=asset_id, before=before
         )
     return Deleted(deleted=deleted)
 
@@ -170,11 +174,13 @@ async def delete_asset_queued_events(
     dependencies=[Depends(requires(Permission.OPERATE))],
 )
 async def trigger_run(
-    context: Context, pipeline_id: PipelineId, new: NewRun | None = None
+    context: Context, caller: Caller, pipeline_id: PipelineId, new: NewRun | None = None
 ) -> RunDetail:
     """Queue a manual run (``params`` over the pipeline's defaults)."""
     async with context.transaction() as session:
-        run_id = await actions.trigger_run(session, pipeline_id, new.params if new else None)
+        run_id = await actions.trigger_run(
+            session, pipeline_id, new.params if new else None, actor=caller
+        )
         created = await queries.run(session, run_id)
     context.wake_launcher()
     return created

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, status
 from fastapi.responses import PlainTextResponse
 
 from triggerer.service import actions
-from triggerer.service.api.context import Context, requires
+from triggerer.service.api.context import Caller, Context, requires
 from triggerer.service.api.responses import CONFLICT, FORBIDDEN, NOT_FOUND, PROTECTED, as_json
 from triggerer.service.api.schemas import PIPELINE_ID, Limit, Offset, RunId, Since
 from triggerer.service.principals import Permission
@@ -54,13 +54,13 @@ async def get_run(context: Context, run_id: RunId) -> RunDetail:
     responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN},
     dependencies=[Depends(requires(Permission.OPERATE))],
 )
-async def cancel_run(context: Context, run_id: RunId) -> RunDetail:
+async def cancel_run(context: Context, caller: Caller, run_id: RunId) -> RunDetail:
     """Cancel a queued, running or up_for_retry run: one not running is ``cancelled`` at once; a
     running one is ``cancelling`` until the daemon running it has stopped its process group
     (within a second or so), then ``cancelled``. Its events are not queued again, it records
     no outlet events, and retries do not apply. A finished run is a 409."""
     async with context.transaction() as session:
-        state = await actions.cancel_run(session, run_id)
+        state = await actions.cancel_run(session, run_id, actor=caller)
         cancelled = await queries.run(session, run_id)
     if state == RunState.CANCELLING:
         context.run_cancelled()
@@ -73,12 +73,12 @@ async def cancel_run(context: Context, run_id: RunId) -> RunDetail:
     responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN},
     dependencies=[Depends(requires(Permission.OPERATE))],
 )
-async def rerun(context: Context, run_id: RunId) -> RunDetail:
+async def rerun(context: Context, caller: Caller, run_id: RunId) -> RunDetail:
     """Queue a re-run of a finished run (success, failed or cancelled): a new run of its
     pipeline consuming the same events, with its params, its ``rerun_of`` naming the run. A
     run not finished is a 409."""
     async with context.transaction() as session:
-        new_run_id = await actions.rerun(session, run_id)
+        new_run_id = await actions.rerun(session, run_id, actor=caller)
         created = await queries.run(session, new_run_id)
     context.wake_launcher()
     return created

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     db = verbs.add_parser("db", help="the metadata database").add_subparsers(metavar="VERB")
     verb(db, "upgrade", _db_upgrade, "migrate the database to this version's schema")
-    clean = verb(db, "clean", _db_clean, "delete runs, events and dead letters from before DATE")
+    clean = verb(
+        db, "clean", _db_clean, "delete runs, events, dead letters and audit rows from before DATE"
+    )
     clean.add_argument("--before", required=True, metavar="DATE", help="ISO date or datetime")
     clean.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
 
@@ -36,10 +38,14 @@ async def _db_upgrade(settings: Settings, _: argparse.Namespace) -> int:
 
 async def _db_clean(settings: Settings, arguments: argparse.Namespace) -> int:
     """Delete what is from before ``--before``, as the daemon's retention does (in small
-    batches, what is still needed kept); ``--dry-run`` only counts it."""
+    batches, what is still needed kept), then record it in the audit log; ``--dry-run`` only
+    counts it."""
     from pathlib import Path
 
+    from triggerer.service import audit
     from triggerer.service.daemon import retention
+    from triggerer.service.principals import cli_principal
+    from triggerer.service.store.states import AuditAction
 
     before = _moment("--before", arguments.before)
     cutoffs = retention.Cutoffs.before(before)
@@ -52,7 +58,12 @@ async def _db_clean(settings: Settings, arguments: argparse.Namespace) -> int:
         counts = await retention.clean(
             sessions, cutoffs, logs_dir, batch_size=settings.retention.batch_size
         )
-        async with sessions() as session:
+        # Once done: the clean is many transactions, and this row says what they deleted.
+        details = {"before": before.isoformat(), "deleted": counts}
+        async with sessions.begin() as session:
+            await audit.record(
+                session, cli_principal(), AuditAction.DB_CLEAN, audit.DATABASE, details
+            )
             return retention.Preview(counts, await retention.kept_events(session, before))
 
     done = await with_store(settings, work)
@@ -72,6 +83,7 @@ async def _db_clean(settings: Settings, arguments: argparse.Namespace) -> int:
     )
     say(f"  {counts['events']} events{kept}")
     say(f"  {counts['dead_letters']} dead letters")
+    say(f"  {counts['audit']} audit rows")
     return 0
 
 

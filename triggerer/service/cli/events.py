@@ -86,6 +86,7 @@ async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
     from triggerer.listeners import listener_manager
     from triggerer.service import actions
     from triggerer.service.events import notify_recorded
+    from triggerer.service.principals import cli_principal
     from triggerer.service.reads import queries
     from triggerer.service.store.states import EventSource
 
@@ -97,6 +98,7 @@ async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
             session,
             asset_id,
             arguments.extra,
+            actor=cli_principal(),
             source=EventSource.CLI,
             partition_key=arguments.partition_key,
         )
@@ -202,6 +204,7 @@ async def _replay(settings: Settings, arguments: argparse.Namespace) -> int:
     :mod:`triggerer.service.replay`); daemons hear of it as of ``events emit``. It logs
     nothing, so logging is not set up."""
     from triggerer.service import replay
+    from triggerer.service.principals import cli_principal
 
     since = replay.parse_time("--since", arguments.since)
     until = None if arguments.until is None else replay.parse_time("--until", arguments.until)
@@ -214,6 +217,7 @@ async def _replay(settings: Settings, arguments: argparse.Namespace) -> int:
             until=until,
             pipeline_id=arguments.pipeline,
             dry_run=arguments.dry_run,
+            actor=cli_principal(),
         )
 
     result = await with_session(settings, work)

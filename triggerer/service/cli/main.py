@@ -9,7 +9,17 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from triggerer.service.cli import assets, daemon, db, events, explain, pipelines, post, runs
+from triggerer.service.cli import (
+    assets,
+    audit,
+    daemon,
+    db,
+    events,
+    explain,
+    pipelines,
+    post,
+    runs,
+)
 from triggerer.service.cli import watchers as watcher_verbs
 from triggerer.service.cli.store import CliError
 
@@ -60,6 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="config file (default: $TRIGGERER_CONFIG)")
     verbs = parser.add_subparsers(metavar="COMMAND")
-    for noun in (daemon, db, pipelines, assets, watcher_verbs, events, runs, post, explain):
+    for noun in (daemon, db, pipelines, assets, watcher_verbs, events, runs, post, explain, audit):
         noun.add_verbs(verbs)
     return parser

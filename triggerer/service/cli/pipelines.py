@@ -86,9 +86,10 @@ async def _pipelines_rows(session: AsyncSession, arguments: argparse.Namespace) 
 
 async def _set_paused(settings: Settings, pipeline_id: str, paused: bool) -> int:
     from triggerer.service import actions
+    from triggerer.service.principals import cli_principal
 
     async def work(session: AsyncSession) -> int:
-        await actions.set_paused(session, pipeline_id, paused)
+        await actions.set_paused(session, pipeline_id, paused, actor=cli_principal())
         say(f"pipeline {pipeline_id} {'paused' if paused else 'unpaused'}")
         return 0
 
@@ -107,9 +108,13 @@ async def _trigger(settings: Settings, arguments: argparse.Namespace) -> int:
     if not isinstance(arguments.params, dict):
         raise CliError(f"--params must be a JSON object, got {arguments.params!r}")
     from triggerer.service import actions
+    from triggerer.service.principals import cli_principal
 
     async def work(session: AsyncSession) -> int:
-        say(await actions.trigger_run(session, arguments.pipeline_id, arguments.params))
+        run_id = await actions.trigger_run(
+            session, arguments.pipeline_id, arguments.params, actor=cli_principal()
+        )
+        say(run_id)
         return 0
 
     return await with_session(settings, work)

@@ -66,9 +66,10 @@ async def _runs_logs(settings: Settings, arguments: argparse.Namespace) -> int:
 
 async def _runs_cancel(settings: Settings, arguments: argparse.Namespace) -> int:
     from triggerer.service import actions
+    from triggerer.service.principals import cli_principal
 
     async def work(session: AsyncSession) -> int:
-        state = await actions.cancel_run(session, arguments.run_id)
+        state = await actions.cancel_run(session, arguments.run_id, actor=cli_principal())
         stopping = " (the daemon running it stops its process)" if state == "cancelling" else ""
         say(f"run {arguments.run_id} {state}{stopping}")
         return 0
@@ -78,9 +79,10 @@ async def _runs_cancel(settings: Settings, arguments: argparse.Namespace) -> int
 
 async def _runs_rerun(settings: Settings, arguments: argparse.Namespace) -> int:
     from triggerer.service import actions
+    from triggerer.service.principals import cli_principal
 
     async def work(session: AsyncSession) -> int:
-        say(await actions.rerun(session, arguments.run_id))
+        say(await actions.rerun(session, arguments.run_id, actor=cli_principal()))
         return 0
 
     return await with_session(settings, work)

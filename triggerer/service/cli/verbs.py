@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from datetime import datetime
 
     from triggerer.service.config import Settings
 
@@ -49,3 +50,17 @@ def limit_arg(text: str) -> int:
             f"must be a whole number from 1 to {MAX_LIMIT}, got {text!r}"
         )
     return limit
+
+
+def time_arg(text: str) -> datetime:
+    """An ISO date (midnight) or date and time, UTC unless it names its offset."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO date or date and time, e.g. 2026-01-31 or "
+            "2026-01-31T12:00:00+02:00"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

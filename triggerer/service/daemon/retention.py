@@ -1,13 +1,14 @@
 """Retention: what the store no longer needs is deleted, in small batches.
 
-Three kinds age out, each after its own ``[retention]`` days (``0`` keeps that kind):
+Four kinds age out, each after its own ``[retention]`` days (``0`` keeps that kind):
 
 - **runs** that are over (success, failed, cancelled) and ended before their cut-off, with
   their logs in the store (``run_log_chunk``), their log folders (``[spark]
   logs_dir/<pipeline_id>/<run_id>``) and the links to the events they consumed;
 - **events** stored before their cut-off, except those still needed: queued for a pipeline,
   or consumed by a run that has not ended;
-- **dead letters** written before their cut-off.
+- **dead letters** written before their cut-off;
+- **audit rows** (:mod:`triggerer.service.audit`) recorded before their cut-off.
 
 Each batch is one short transaction of at most ``batch_size`` rows, and the next waits as long
 as that one took: on SQLite, where every write waits for the one writer, ingest gets the store
@@ -29,7 +30,7 @@ import structlog
 from sqlalchemy import ColumnElement, delete, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from triggerer.service import metrics
+from triggerer.service import audit, metrics
 from triggerer.service.store import models
 from triggerer.service.store.states import FINISHED_RUN_STATES
 from triggerer.service.store.types import utcnow
@@ -42,7 +43,7 @@ log = structlog.get_logger(__name__)
 
 LEASE = "retention"
 """The lease whose holder runs the passes: one instance at a time."""
-KINDS = ("runs", "log_chunks", "log_folders", "events", "dead_letters")
+KINDS = ("runs", "log_chunks", "log_folders", "events", "dead_letters", "audit")
 """What retention deletes, as counted in its log lines, metrics and ``db clean``'s output."""
 
 Counts = dict[str, int]
@@ -61,6 +62,7 @@ class Cutoffs:
     events: datetime | None = None
     runs: datetime | None = None
     dead_letters: datetime | None = None
+    audit: datetime | None = None
 
     @classmethod
     def of(cls, settings: RetentionSettings, now: datetime) -> Cutoffs:
@@ -73,17 +75,19 @@ class Cutoffs:
             events=days_ago(settings.events_days),
             runs=days_ago(settings.runs_days),
             dead_letters=days_ago(settings.dead_letters_days),
+            audit=days_ago(settings.audit_days),
         )
 
     @classmethod
     def before(cls, moment: datetime) -> Cutoffs:
         """Every kind from before ``moment`` (``db clean --before``)."""
-        return cls(events=moment, runs=moment, dead_letters=moment)
+        return cls(events=moment, runs=moment, dead_letters=moment, audit=moment)
 
     @property
     def any(self) -> bool:
         """Whether any kind goes at all."""
-        return any(cutoff is not None for cutoff in (self.events, self.runs, self.dead_letters))
+        cutoffs = (self.events, self.runs, self.dead_letters, self.audit)
+        return any(cutoff is not None for cutoff in cutoffs)
 
 
 def log_folders(logs_dir: Path, pipeline_id: str, run_id: str, log_path: str | None) -> set[Path]:
@@ -173,6 +177,8 @@ async def clean(
         await _clean_events(batches, cutoffs.events)
     if cutoffs.dead_letters is not None:
         await _clean_dead_letters(batches, cutoffs.dead_letters)
+    if cutoffs.audit is not None:
+        await _clean_audit(batches, cutoffs.audit)
     return batches.deleted
 
 
@@ -321,6 +327,17 @@ async def _clean_dead_letters(batches: _Batches, cutoff: datetime) -> None:
         await batches.pause(started)
 
 
+async def _clean_audit(batches: _Batches, cutoff: datetime) -> None:
+    while batches.go_on():
+        started = anyio.current_time()
+        async with batches.sessions.begin() as session:
+            deleted = await audit.prune(session, cutoff, batches.size)
+        batches.count(audit=deleted)
+        if deleted < batches.size:
+            return
+        await batches.pause(started)
+
+
 def _rowcount(result: object) -> int:
     return int(result.rowcount)  # type: ignore[attr-defined]  # a CursorResult
 
@@ -367,6 +384,8 @@ async def preview(session: AsyncSession, cutoffs: Cutoffs, logs_dir: Path) -> Pr
         counts["dead_letters"] = await _count(
             session, _DEAD_LETTER, _DEAD_LETTER.created_at < cutoffs.dead_letters
         )
+    if cutoffs.audit is not None:
+        counts["audit"] = await audit.count_before(session, cutoffs.audit)
     return Preview(counts, kept)
 
 

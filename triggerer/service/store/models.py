@@ -1,8 +1,9 @@
 """Tables of the metadata database.
 
 Assets and their events, triggers and their watchers, pipelines with the assets they consume and
-produce, the per-consumer event queue, runs with the exact events each consumed, and the rows
-that coordinate several daemon instances (instances, leases).
+produce, the per-consumer event queue, runs with the exact events each consumed, the audit log
+of the changes principals made, and the rows that coordinate several daemon instances
+(instances, leases).
 
 Invariants the database enforces, so that no code path can break them:
 
@@ -51,6 +52,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from triggerer.service.store.keys import asset_identity_key
 from triggerer.service.store.states import (
+    AuditAction,
     EventSource,
     RefRole,
     RunPolicy,
@@ -574,6 +576,29 @@ class Notice(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     payload: Mapped[str] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AuditEntry(Base):
+    """A change a principal made through the API or the CLI (:mod:`triggerer.service.audit`),
+    written in the transaction of the change: who (``actor``, the principal's name), what
+    (``action``), on what (``target``: ``pipeline:<id>``, ``run:<run_id>``, ``asset:<uri>``,
+    ``database``) and with which values (``details``: the request's, and what it did)."""
+
+    __tablename__ = "audit"
+    __table_args__ = (
+        Index("ix_audit_time", "time"),  # since a time, and retention's
+        Index("ix_audit_target_id", "target", "id"),  # a pipeline's last changes, newest first
+        Index("ix_audit_actor_id", "actor", "id"),
+        Index("ix_audit_action_id", "action", "id"),
+        _one_of("action", AuditAction),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    time: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    actor: Mapped[str] = mapped_column(String(ID_LENGTH))
+    action: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(Text)
+    details: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
 
 
 class Lease(Base):

@@ -63,6 +63,20 @@ class RunState(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+class AuditAction(enum.StrEnum):
+    """A change a principal made through the API or the CLI, as the audit log names it."""
+
+    EMIT = "emit"
+    PAUSE = "pause"
+    UNPAUSE = "unpause"
+    TRIGGER = "trigger"
+    CANCEL = "cancel"
+    RERUN = "rerun"
+    REPLAY = "replay"
+    DELETE_QUEUED = "delete_queued"
+    DB_CLEAN = "db_clean"
+
+
 ACTIVE_RUN_STATES = (
     RunState.QUEUED,
     RunState.RUNNING,

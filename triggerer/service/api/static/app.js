@@ -76,6 +76,7 @@ const PALETTE = ["#4b6cb7", "#e37400", "#1e8e3e", "#b3261e", "#8e44ad", "#00838f
 const ACTIVE = new Set(["queued", "running", "up_for_retry", "cancelling"]);
 const CANCELLABLE = new Set(["queued", "running", "up_for_retry"]);
 const FINISHED = new Set(["success", "failed", "cancelled"]); // what may be re-run
+const CHANGES_SHOWN = 10; // a pipeline's last changes on its panel, from the audit log
 
 const $ = (selector) => document.querySelector(selector);
 const state = {
@@ -1192,9 +1193,10 @@ async function assetPanel(id, specs) {
 async function pipelinePanel(id, specs) {
   const path = `/pipelines/${encodeURIComponent(id)}`;
   const weekAgo = new Date(Date.now() - 7 * 86400_000).toISOString().slice(0, 16);
-  const [pipeline, explained, runs, timeline] = await Promise.all([
+  const [pipeline, explained, runs, timeline, changes] = await Promise.all([
     api(path), api(`${path}/explain`), api(`${path}/runs?limit=20`),
     activity(`runs?pipeline_id=${encodeURIComponent(id)}&since=${weekAgo}&limit=50`),
+    lastChanges(`pipeline:${id}`),
   ]);
   if (Object.keys(pipeline.queued_by_asset).length) {
     state.explained.set(id, { signature: JSON.stringify(pipeline.queued_by_asset), at: Date.now(), value: explained });
@@ -1217,7 +1219,28 @@ async function pipelinePanel(id, specs) {
     <table class="runs"><tr><th>run <span class="muted">(log), start</span></th><th>state</th><th>duration</th><th>events</th></tr>
     ${runs.map((r) => raw(html`<tr data-run-id="${r.run_id}" data-run-state="${r.state}"><td title="${r.run_id}">${r.start_date ? raw(html`<button class="link" data-log="${r.run_id}">${breakable(shortRunId(r))}</button>`) : breakable(shortRunId(r))}<br>${started(r)}${r.rerun_of ? raw(html`<br><span class="muted" data-rerun-of="${r.rerun_of}">re-run of ${breakable(shortRunId({ run_id: r.rerun_of, pipeline_id: r.pipeline_id }))}</span>`) : ""}</td><td>${badge(r.state)}${r.try_number > 1 ? ` try ${r.try_number} of ${r.max_tries}` : ""} ${runControl(r)}</td><td>${duration(r)}</td><td>${r.events}</td></tr>`))}</table>
     ${runs.length ? "" : raw('<p class="muted">no runs yet</p>')}
-    ${log !== null ? raw(html`<h3>Log of ${state.logRun}</h3>${raw(log)}`) : ""}`;
+    ${log !== null ? raw(html`<h3>Log of ${state.logRun}</h3>${raw(log)}`) : ""}
+    ${changesSection(changes)}`;
+}
+
+// The last changes made to a target (`pipeline:ID`), newest first, from the audit log; null
+// when the caller's role may not read it (GET /audit would answer 403).
+async function lastChanges(target) {
+  if (!may("audit")) return null;
+  return api(`/audit?target=${encodeURIComponent(target)}&limit=${CHANGES_SHOWN}`);
+}
+
+// Who changed the pipeline, when and how: none for a caller who may not read the audit log.
+function changesSection(changes) {
+  if (changes === null) return "";
+  const what = ({ action, details }) => {
+    if (details.run_id) return `${action} ${details.run_id}`;
+    if (details.deleted !== undefined) return `${action} (${details.deleted} events)`;
+    return action;
+  };
+  return raw(html`<h2>Last changes</h2>
+    ${changes.length ? raw(html`<table class="changes"><tr><th>when</th><th>who</th><th>what</th></tr>
+    ${changes.map((c) => raw(html`<tr data-audit-id="${c.id}" data-action="${c.action}"><td title="${c.time}">${age(c.time)}</td><td>${c.actor}</td><td>${breakable(what(c))}</td></tr>`))}</table>`) : raw('<p class="muted">none recorded</p>')}`);
 }
 
 // An asset's times under its AND's window: when its oldest queued event expires, counting
