@@ -465,7 +465,10 @@ def test_emit_over_the_api_names_a_dropped_connection(
 ) -> None:
     code, out, err = run_cli(capsys, "events", "emit", "orders", "--api", _url(fake_api))
     assert (code, out) == (1, "")
-    assert err == f"triggerer: cannot reach the API at {_url(fake_api)}: ReadError\n"
+    assert err == (
+        f"triggerer: the API at {_url(fake_api)} closed the connection without an answer "
+        "(ReadError); an API serving HTTPS does that to plain HTTP: is it https://?\n"
+    )
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
