@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, status
+from fastapi import APIRouter, Depends, Query, Request, status
 
 from triggerer.service import actions, replay
 from triggerer.service.api.context import Context, authorized
@@ -26,6 +26,7 @@ from triggerer.service.api.schemas import (
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import AliasRow, AssetRow, EventRow, QueuedEventRow
 from triggerer.service.store.states import EventSource
+from triggerer.service.trace_context import of_http_headers
 
 router = APIRouter(
     prefix="/assets", tags=["assets"], dependencies=[Depends(authorized)], responses=PROTECTED
@@ -70,11 +71,12 @@ async def list_events(
 
 
 @router.post("/events", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
-async def create_event(context: Context, new: NewAssetEvent) -> CreatedEvent:
+async def create_event(context: Context, new: NewAssetEvent, request: Request) -> CreatedEvent:
     """Create an event (``extra`` gains ``"from_rest_api": true``) and queue it for the
     pipelines scheduled on its asset; the scheduler looks at them at once. A partition key the
-    partition mapper of a consumer cannot map is refused."""
-    return await context.new_events.create(new)
+    partition mapper of a consumer cannot map is refused. A W3C ``traceparent`` header (and
+    ``tracestate``) is kept with the event; an invalid one is ignored."""
+    return await context.new_events.create(new, of_http_headers(request.scope["headers"]))
 
 
 @router.get("/{asset_id}", responses=NOT_FOUND)

@@ -27,6 +27,7 @@ from starlette.responses import Response
 
 from triggerer.service.api.context import ApiContext, bears_token
 from triggerer.service.api.schemas import NewAssetEvent
+from triggerer.service.trace_context import of_http_headers
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -64,7 +65,7 @@ class EventPosts:
             await self._app(scope, _replaying(body, more, receive), send)
             return
         try:
-            created = await self._context.new_events.create(new)
+            created = await self._context.new_events.create(new, of_http_headers(scope["headers"]))
         except Exception as error:
             handler = self._handler(scope, error)
             if handler is None:

@@ -32,6 +32,7 @@ from triggerer.service.store.states import EventSource
 
 if TYPE_CHECKING:
     from triggerer.service.scheduling.registry import Registry
+    from triggerer.service.trace_context import TraceContext
 
 MAX_BATCH = 500
 """Events per transaction at most; more waiting go in the next one."""
@@ -43,6 +44,7 @@ LINGER_S = 0.002
 class _Post:
     event: NewAssetEvent
     answer: asyncio.Future[CreatedEvent]
+    trace: TraceContext | None = None
 
 
 class _Unmappable(Exception):  # not an error: rolls the transaction back
@@ -68,11 +70,12 @@ class GroupCommit:
         self._writer: asyncio.Task[None] | None = None
         self._posted = asyncio.Event()
 
-    async def create(self, event: NewAssetEvent) -> CreatedEvent:
-        """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``) and
-        queued for the pipelines scheduled on its asset."""
+    async def create(self, event: NewAssetEvent, trace: TraceContext | None = None) -> CreatedEvent:
+        """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``), with
+        the trace context of its request, and queued for the pipelines scheduled on its
+        asset."""
         loop = asyncio.get_running_loop()
-        post = _Post(event, loop.create_future())
+        post = _Post(event, loop.create_future(), trace)
         self._waiting.append(post)
         self._posted.set()
         if self._writer is None:
@@ -158,6 +161,10 @@ class GroupCommit:
                     source=EventSource.REST_API,
                     partition_key=post.event.partition_key,
                 )
+                if post.trace is not None:
+                    new = dataclasses.replace(
+                        new, traceparent=post.trace.traceparent, tracestate=post.trace.tracestate
+                    )
             except (NotFound, Refused) as error:
                 refused.append((post, error))
                 continue
