@@ -112,13 +112,19 @@ async def part_throughput(args: argparse.Namespace, workdir: Path, backend: str)
 
 
 async def daemon_throughput(
-    args: argparse.Namespace, workdir: Path, database_url: str, count: int
+    args: argparse.Namespace,
+    workdir: Path,
+    database_url: str,
+    count: int,
+    **sections: dict[str, Any],
 ) -> dict[str, Any]:
+    """The daemon's ingest of ``count`` messages of ``args.topic`` into a new database, with
+    ``sections`` of settings merged into the benchmark's (``tracing={...}``)."""
     write_pipelines(
         workdir / "pipelines",
         PIPELINES.format(bootstrap=args.bootstrap, topic=args.topic, options=GROUP_OPTIONS),
     )
-    settings = daemon_settings(workdir, database_url)
+    settings = daemon_settings(workdir, database_url, **sections)
     passes_before, _ = histogram(metrics.SCHEDULER_PASS)
     with StoreWatch() as watch:
         log = IngestLog(watch)

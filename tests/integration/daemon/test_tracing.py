@@ -4,6 +4,9 @@ batch's span links each message's context, a run's span links each event it cons
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,3 +153,24 @@ def _ids(traceparent: str) -> tuple[str, str]:
 
 def test_tracing_is_off_by_default() -> None:
     assert start(TracingSettings(), "test-instance") is None
+
+
+def test_with_tracing_off_the_daemon_imports_nothing_of_opentelemetry() -> None:
+    # What a daemon imports as it starts (its modules, every installed provider), in a new
+    # interpreter: with exporter = "none", not one module of OpenTelemetry.
+    script = textwrap.dedent(
+        """
+        import sys
+        from triggerer.service.config import TracingSettings
+        from triggerer.service.daemon import service
+        from triggerer.service.tracing import start
+        from watchers import providers
+
+        providers.installed()
+        assert start(TracingSettings(), "test-instance") is None
+        print(sorted(name for name in sys.modules if name.startswith("opentelemetry")))
+        """
+    )
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)  # noqa: S603
+    assert done.stdout.strip() == "[]"

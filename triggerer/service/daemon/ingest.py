@@ -157,7 +157,7 @@ class Ingest:
                         del self._committed[key]
             try:
                 await _ack(stored)
-                if self._tracing is not None and traced is not None:
+                if self._tracing is not None and traced:  # checkpoints alone are no batch
                     self._tracing.batch_ingested(traced, started_ns)
             finally:
                 self._commit_slots.release()
