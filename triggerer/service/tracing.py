@@ -7,7 +7,9 @@ spans are made with the OpenTelemetry SDK and handed to its ``BatchSpanProcessor
 thread serializes and sends them, so the event loop only creates and ends spans.
 
 - A span per ingested batch (kind consumer, ``process <destination>``), linked to the trace
-  context each of its messages carried (:mod:`triggerer.service.trace_context`).
+  context each of its messages carried (:mod:`triggerer.service.trace_context`); its links
+  are written into the exported request as bytes (:mod:`triggerer.service.span_links`), a
+  fraction of what the SDK's own encoding of a link costs.
 - A span per try of a run (kind consumer, ``run <pipeline id>``), from its claim to its end
   recorded, linked to the context of each event it consumed; its own context is handed to the
   run's process and carried by the outlet events it emits.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -46,16 +48,6 @@ _DESTINATIONS = (
     "uri",
     "directory",
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Message:
-    """One message of an ingested batch, as its span sees it."""
-
-    trigger_id: int
-    trigger: BaseEventTrigger
-    dedup_key: str | None
-    context: TraceContext | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,6 +80,8 @@ class Tracing:
         from opentelemetry.sdk.trace import SpanLimits, TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+        from triggerer.service.span_links import LinkingSession, PendingLinks
+
         version = _version()
         service = {"service.name": settings.service_name, "service.instance.id": instance_id}
         resource = Resource.create(service | ({"service.version": version} if version else {}))
@@ -95,10 +89,15 @@ class Tracing:
         self._provider = TracerProvider(
             resource=resource, span_limits=SpanLimits(max_links=settings.max_links)
         )
+        # Ingest spans' links, written into the requests as they are sent.
+        self._links = PendingLinks(
+            max_spans=settings.max_queued_spans, max_links=settings.max_links
+        )
         exporter = OTLPSpanExporter(
             endpoint=settings.endpoint,
             headers=dict(settings.headers) or None,
             timeout=settings.timeout_s,
+            session=LinkingSession(self._links),
         )
         self._provider.add_span_processor(
             BatchSpanProcessor(
@@ -112,16 +111,23 @@ class Tracing:
         # messaging.destination.name.
         self._sources: dict[int, tuple[str, str | None]] = {}
 
-    def batch_ingested(self, messages: Sequence[Message], started_ns: int) -> None:
-        """A span from ``started_ns`` to now for a batch ingest committed and acked, linked
-        to each message's context."""
+    def batch_ingested(
+        self,
+        triggers: Mapping[int, BaseEventTrigger],
+        messages: int,
+        contexts: Sequence[TraceContext],
+        started_ns: int,
+    ) -> None:
+        """A span from ``started_ns`` to now for a batch ingest committed and acked: its
+        ``messages``, read by ``triggers`` (by trigger id), linked to ``contexts``, those its
+        messages carried."""
         from opentelemetry.trace import SpanKind
 
-        sources = {self._source(message.trigger_id, message.trigger) for message in messages}
+        sources = {self._source(trigger_id, trigger) for trigger_id, trigger in triggers.items()}
         attributes: dict[str, Any] = {
             "messaging.operation.type": "process",
             "messaging.operation.name": "ingest",
-            "messaging.batch.message_count": len(messages),
+            "messaging.batch.message_count": messages,
         }
         name = "process"
         if len(sources) == 1:
@@ -130,14 +136,11 @@ class Tracing:
             if destination is not None:
                 attributes["messaging.destination.name"] = destination
                 name = f"process {destination}"
-        links = [
-            _link(message.context, {"triggerer.dedup_key": message.dedup_key or ""})
-            for message in messages
-            if message.context is not None
-        ]
         span = self._tracer.start_span(
-            name, kind=SpanKind.CONSUMER, attributes=attributes, links=links, start_time=started_ns
+            name, kind=SpanKind.CONSUMER, attributes=attributes, start_time=started_ns
         )
+        if contexts and span.is_recording():
+            self._links.put(span.get_span_context().span_id, contexts)
         span.end()
 
     def run_started(

@@ -98,13 +98,15 @@ async def test_a_batch_is_a_consumer_span_linking_each_messages_context(
         "messaging.system": "file",
         "messaging.destination.name": str(tmp_path / "inbox"),
     }
-    # A link per message that carried a valid context, in the batch's order. (Their
-    # tracestate is not sent: OpenTelemetry's OTLP encoder leaves a link's out.)
-    assert [(link.span, link.attributes) for link in span.links] == [
-        (_ids(T1), {"triggerer.dedup_key": "kafka-like"}),
-        (_ids(FROM_XRAY), {"triggerer.dedup_key": "sqs-like"}),
-        (_ids(T2), {"triggerer.dedup_key": "mqtt-like"}),
+    # A link per message that carried a valid context, in the batch's order, remote, with
+    # its sampled flag and its tracestate.
+    links = [(link.span, link.trace_state, link.attributes, link.flags) for link in span.links]
+    assert links == [
+        (_ids(T1), "rojo=1", {}, 0x301),
+        (_ids(FROM_XRAY), "", {}, 0x301),
+        (_ids(T2), "", {}, 0x300),
     ]
+    assert span.dropped_links == 0
     assert span.resource["service.name"] == "triggerer"
     assert span.resource["service.instance.id"] == "test-instance"
     assert span.start_ns < span.end_ns

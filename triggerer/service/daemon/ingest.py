@@ -28,8 +28,8 @@ from triggerer.service.store.outages import until_stored
 from triggerer.service.store.source_checkpoints import furthest, record_checkpoints
 from triggerer.service.store.states import EventSource
 from triggerer.service.store.types import utcnow
-from triggerer.service.trace_context import carried
-from triggerer.service.tracing import Message, now_ns
+from triggerer.service.trace_context import TraceContext, carried
+from triggerer.service.tracing import now_ns
 from triggerer.triggers import TriggerEvent
 
 if TYPE_CHECKING:
@@ -157,16 +157,25 @@ class Ingest:
                         del self._committed[key]
             try:
                 await _ack(stored)
-                if self._tracing is not None and traced:  # checkpoints alone are no batch
-                    self._tracing.batch_ingested(traced, started_ns)
+                if self._tracing is not None and traced is not None:
+                    self._trace(stored, traced, started_ns)
             finally:
                 self._commit_slots.release()
 
+    def _trace(self, batch: list[Delivery], contexts: list[TraceContext], started_ns: int) -> None:
+        """The span of ``batch``, committed and acked, linked to the ``contexts`` its messages
+        carried."""
+        assert self._tracing is not None  # noqa: S101 - called only when tracing
+        messages = [(watched, event) for watched, event in batch if not event.is_checkpoint_only]
+        if messages:  # checkpoints alone are no batch of messages
+            triggers = {watched.trigger_id: watched.trigger for watched, _ in messages}
+            self._tracing.batch_ingested(triggers, len(messages), contexts, started_ns)
+
     async def _commit_fenced(
         self, batch: list[Delivery], *, withheld: set[str]
-    ) -> tuple[list[Delivery], list[Message] | None]:
+    ) -> tuple[list[Delivery], list[TraceContext] | None]:
         """Store ``batch`` but the events of the parts whose lease was lost; what was stored,
-        and its messages as a span sees them (when tracing)."""
+        and the trace contexts its messages carried (when tracing)."""
         while True:
             try:
                 traced = await self._commit(batch, withheld=withheld)
@@ -180,22 +189,24 @@ class Ingest:
             else:
                 return batch, traced
 
-    async def _commit(self, batch: list[Delivery], *, withheld: set[str]) -> list[Message] | None:
+    async def _commit(
+        self, batch: list[Delivery], *, withheld: set[str]
+    ) -> list[TraceContext] | None:
         """Store ``batch``: its events, dead letters and positions, but none of the positions
         of the keys ``withheld``; raise :class:`_Fenced` (having stored nothing, or only parts
         that a next try absorbs) when the lease of a part some of its events were read from is
-        lost. Returns its messages as its span sees them, when tracing."""
+        lost. Returns the trace contexts its messages carried, when tracing."""
         fences = frozenset(event.fence for _, event in batch if event.fence)
         started = anyio.current_time()
         storable: list[NewEvent] = []
         letters: list[Unstorable] = []
-        traced: list[Message] | None = [] if self._tracing is not None else None
+        traced: list[TraceContext] | None = [] if self._tracing is not None else None
         for watched, event in batch:
             if event.is_checkpoint_only:
                 continue
             trace = carried(event.payload)
-            if traced is not None:
-                traced.append(Message(watched.trigger_id, watched.trigger, event.dedup_key, trace))
+            if trace is not None and traced is not None:
+                traced.append(trace)
             for asset_id in watched.asset_ids:
                 new_event = NewEvent(
                     asset_id=asset_id,
