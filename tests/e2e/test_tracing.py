@@ -110,6 +110,8 @@ async def test_a_messages_trace_reaches_its_run_the_runs_outlet_and_the_downstre
     assert (ingested.name, ingested.kind) == (f"process {deployment.topic}", "consumer")
     assert ingested.attributes["messaging.system"] == "kafka"
     assert ingested.attributes["messaging.destination.name"] == deployment.topic
+    [link] = ingested.links
+    assert (link.span, link.trace_state) == (ids(MESSAGE.traceparent), "rojo=1")
 
     # The run's span links the message's context, and the run saw the span's own.
     traced = one_run_span(spans, "traced")
