@@ -1,6 +1,6 @@
-"""What the queue triggers do to a message's payload before it becomes an event (``filter``,
-``apply_function``, ``partition_key_path``), what they count of it, and the check of their
-integer options."""
+"""What the queue triggers do to a message before it becomes an event (its bytes decoded by
+``value_format``, then ``filter``, ``apply_function``, ``partition_key_path`` on its payload),
+what they count of it, and the check of their integer options."""
 
 from __future__ import annotations
 
@@ -8,18 +8,43 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from triggerer.triggers import BaseEventTrigger, check_json
 from watchers.filters import PayloadFilter, lookup, parse_path
 from watchers.payloads import import_callable
+from watchers.schemas.decoding import BodyFormat
 
 Prepared = tuple[Any, str | None] | None
 """A payload and its partition key, ready for an event; ``None`` when the message is dropped."""
 
+ADDED_LATER: dict[str, Any] = {"added_later": True}
+"""The metadata of a dataclass trigger's option added after triggers were stored (``value_format``,
+``schema_registry``): :func:`without_later_defaults` leaves it out of ``serialize()`` while it
+holds its default, so a stored trigger keeps its key (and the checkpoints and dedup keys under
+it)."""
+
+
+def without_later_defaults(trigger: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` (a dataclass ``trigger``'s ``serialize()``) without its options marked
+    :data:`ADDED_LATER` that hold their defaults."""
+    for field in dataclasses.fields(trigger):
+        if field.metadata.get("added_later") and kwargs.get(field.name) == field.default:
+            del kwargs[field.name]
+    return kwargs
+
+
+class LaterOptionsTrigger(BaseEventTrigger):
+    """A dataclass trigger some of whose options were added after triggers were stored: they
+    are left out of ``serialize()`` while they hold their defaults (:data:`ADDED_LATER`)."""
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        classpath, kwargs = super().serialize()
+        return classpath, without_later_defaults(self, kwargs)
+
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
-class CountingTrigger(BaseEventTrigger):
+class CountingTrigger(LaterOptionsTrigger):
     """A dataclass trigger that counts what became of its messages (its tests and logs read
     the counts): messages received, events yielded, messages dropped by ``filter`` or the
     function. A provider adds counters of its own."""
@@ -27,6 +52,16 @@ class CountingTrigger(BaseEventTrigger):
     messages: int = dataclasses.field(default=0, init=False)
     events: int = dataclasses.field(default=0, init=False)
     filtered: int = dataclasses.field(default=0, init=False)
+
+
+class ProcessingOptions(Protocol):
+    """A trigger's options that :meth:`Processing.of_trigger` reads."""
+
+    filter: dict[str, Any] | None
+    apply_function: str | None
+    partition_key_path: str | None
+    value_format: str
+    schema_registry: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,15 +72,19 @@ class Processing:
     function, may replace it (``None`` drops the message, anything else must be JSON); then
     ``partition_key_path`` picks the partition key (text or integer) from what is left.
     ``option`` names the function's option in messages (SQS calls it ``transform``).
+    Before all that, :attr:`body_format` (``value_format`` and ``schema_registry``) decodes the
+    message's bytes: a provider awaits ``body_format.decode(raw)`` to build the payload.
 
     The function is imported on first use: a trigger calls :meth:`load` when it starts to run,
-    so that a path that does not import is the watcher's error, not each message's.
+    so that a path that does not import is the watcher's error, not each message's; so are the
+    schema registry's settings.
     """
 
     filter: PayloadFilter | None = None
     apply_function: str | None = None
     partition_key_path: str | None = None
     option: str = "apply_function"
+    body_format: BodyFormat = dataclasses.field(default_factory=BodyFormat)
 
     def __post_init__(self) -> None:
         if self.apply_function is not None and not (
@@ -66,6 +105,8 @@ class Processing:
         apply_function: str | None,
         partition_key_path: str | None,
         option: str = "apply_function",
+        value_format: str = "json",
+        schema_registry: str | None = None,
     ) -> Processing:
         """From a trigger's options, checked: a bad one is a ``ValueError`` naming it."""
         return cls(
@@ -73,12 +114,41 @@ class Processing:
             apply_function=apply_function,
             partition_key_path=partition_key_path,
             option=option,
+            body_format=BodyFormat(value_format, schema_registry),
+        )
+
+    @classmethod
+    def of_trigger(cls, trigger: ProcessingOptions) -> Processing:
+        """From a dataclass trigger's options of the same names, checked."""
+        return cls.of_options(
+            filter=trigger.filter,
+            apply_function=trigger.apply_function,
+            partition_key_path=trigger.partition_key_path,
+            value_format=trigger.value_format,
+            schema_registry=trigger.schema_registry,
         )
 
     def load(self) -> None:
         """Import ``apply_function`` now: ``ImportError`` when it does not import, ``TypeError``
-        when it is not callable, ``ValueError`` when it is async."""
+        when it is not callable, ``ValueError`` when it is async; read the schema registry's
+        connection (:meth:`BodyFormat.load`)."""
         self._function  # noqa: B018 - the cached import is the point
+        self.body_format.load()
+
+    async def decoded(
+        self, payload: dict[str, Any], raw: bytes | None, field: str = "body"
+    ) -> dict[str, Any]:
+        """``payload`` (built with its bytes as ``value_format="json"`` gives them) with
+        ``field`` holding ``raw`` decoded by :attr:`body_format` and ``schema_id`` beside it;
+        ``payload`` itself for JSON. Raises what :meth:`BodyFormat.decode` raises: an
+        ``Undecodable`` message is the provider's dead letter, with ``payload`` as it was."""
+        if self.body_format.plain:
+            return payload
+        decoded = await self.body_format.decode(raw)
+        payload = {**payload, field: decoded.value}
+        if decoded.schema_id is not None:
+            payload["schema_id"] = decoded.schema_id
+        return payload
 
     def prepare(self, payload: Any) -> Prepared:
         """The event's payload and partition key of ``payload``; ``None`` when dropped. Raises

@@ -6,7 +6,12 @@ Parts ``throughput_sqlite`` / ``throughput_postgresql``: pre-produced messages (
 into committed events with queue rows; the consumer pipeline is scheduled on ``[orders,
 never]``, so no run starts. Rate from the commit that passes 10% of the events to the last one
 (also per half, since the queue grows), and how busy ingest and the scheduler were; then the
-median scheduler pass over the full queue, measured on its own. Baselines on fresh databases,
+median scheduler pass over the full queue, measured on its own.
+
+Part ``avro_sqlite``: the same records as Avro in Confluent's wire format (``value_format=
+"avro"``, the writer's schema from the tests' registry, :mod:`tests.fixtures.schema_registry`)
+against the JSON ones, on fresh SQLite databases, taking turns for ``ROUNDS`` rounds; the
+medians and their ratio. Goal: Avro >= 0.8x JSON. Baselines on fresh databases,
 same rows and batch size, one transaction per batch: ``record_events`` alone (the ingest SQL,
 without Kafka or the rest of the daemon; at most 30 s), and plain Core INSERTs of
 ``asset_event`` rows (no dedup, RETURNING or queue rows): one multi-row
@@ -22,6 +27,8 @@ they took (``triggerer_ingest_commit_seconds``), scheduler passes
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
 import uuid
@@ -35,8 +42,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 if __package__ in (None, ""):  # run as a script: put the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from aiokafka import AIOKafkaProducer
+
 from tests.benchmarks import baselines
-from tests.benchmarks.bench_kafka import MESSAGE_BYTES, PARTITIONS, create_topics, produce
+from tests.benchmarks.bench_kafka import (
+    MESSAGE_BYTES,
+    PARTITIONS,
+    create_topics,
+    message,
+    produce,
+)
 from tests.benchmarks.harness import (
     DEFAULT_PG_URL,
     GROUP_OPTIONS,
@@ -49,10 +64,22 @@ from tests.benchmarks.harness import (
 from tests.benchmarks.observe import IngestLog, StoreWatch, histogram, metric_value
 from tests.benchmarks.stats import cpu_ticks, machine_busy_percent
 from tests.e2e.daemon import write_pipelines
+from tests.fixtures.schema_registry import FakeRegistry, avro_record, confluent
 from triggerer.service import metrics
 from triggerer.service.store import create_engine, models, session_factory
 
-GOALS = {"pg_events_per_s": 10_000}
+GOALS = {"pg_events_per_s": 10_000, "avro_to_json_ratio": 0.8}
+ROUNDS = 3
+"""Turns of the JSON and Avro runs of ``avro_sqlite``, each kept as its median."""
+AVRO_ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "type", "type": "string"},
+        {"name": "pad", "type": "string"},
+    ],
+}
 WARM = 0.1
 """The share of events left out at the start: the group join and the first fetches."""
 
@@ -116,13 +143,17 @@ async def daemon_throughput(
     workdir: Path,
     database_url: str,
     count: int,
+    *,
+    topic: str | None = None,
+    options: str = GROUP_OPTIONS,
     **sections: dict[str, Any],
 ) -> dict[str, Any]:
-    """The daemon's ingest of ``count`` messages of ``args.topic`` into a new database, with
-    ``sections`` of settings merged into the benchmark's (``tracing={...}``)."""
+    """The daemon's ingest of ``count`` messages of ``topic`` (default ``args.topic``) into a
+    new database, with ``sections`` of settings merged into the benchmark's
+    (``tracing={...}``)."""
     write_pipelines(
         workdir / "pipelines",
-        PIPELINES.format(bootstrap=args.bootstrap, topic=args.topic, options=GROUP_OPTIONS),
+        PIPELINES.format(bootstrap=args.bootstrap, topic=topic or args.topic, options=options),
     )
     settings = daemon_settings(workdir, database_url, **sections)
     passes_before, _ = histogram(metrics.SCHEDULER_PASS)
@@ -180,6 +211,84 @@ async def _count(session: AsyncSession, table: type[models.Base]) -> int:
     return int(await session.scalar(select(func.count()).select_from(table)) or 0)
 
 
+async def part_avro_sqlite(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The JSON topic's messages and the same records in Avro, into committed events, in
+    turns; each format's median rate and the ratio."""
+    count = args.throughput_messages
+    registry = FakeRegistry()
+    registry.start()
+    try:
+        schema_id = registry.register("orders-value", AVRO_ORDER)
+        avro_topic = f"bench-avro-{uuid.uuid4().hex[:8]}"
+        await create_topics(args.bootstrap, [avro_topic], PARTITIONS)
+        await _produce_avro(args.bootstrap, avro_topic, count, schema_id)
+        avro_options = f"{GROUP_OPTIONS}, value_format='avro', schema_registry={registry.url!r}"
+        runs: dict[str, list[dict[str, Any]]] = {"json": [], "avro": []}
+        for round_ in range(ROUNDS):
+            for name, topic, options in (
+                ("json", args.topic, GROUP_OPTIONS),
+                ("avro", avro_topic, avro_options),
+            ):
+                with database("sqlite", workdir, args.pg_url, f"{name}-{round_}") as url:
+                    result = await daemon_throughput(
+                        args,
+                        workdir / f"{name}-{round_}",
+                        url,
+                        count,
+                        topic=topic,
+                        options=options,
+                    )
+                runs[name].append(result)
+        fetches = registry.requests[f"GET /schemas/ids/{schema_id}"]
+    finally:
+        registry.stop()
+    rates = {
+        name: statistics.median(run["events_per_s"] for run in results)
+        for name, results in runs.items()
+    }
+    cpu = {
+        name: round(statistics.median(run["daemon_cpu_us_per_event"] for run in results), 1)
+        for name, results in runs.items()
+    }
+    ratio = rates["avro"] / rates["json"]
+    return {
+        "messages": count,
+        "rounds": ROUNDS,
+        "json_message_bytes": MESSAGE_BYTES,
+        "avro_message_bytes": len(_avro_message(schema_id, 0)),
+        "json_events_per_s": round(rates["json"]),
+        "avro_events_per_s": round(rates["avro"]),
+        "avro_to_json_ratio": round(ratio, 3),
+        "json_daemon_cpu_us_per_event": cpu["json"],
+        "avro_daemon_cpu_us_per_event": cpu["avro"],
+        "schema_fetches": fetches,
+        "meets_goal": ratio >= GOALS["avro_to_json_ratio"],
+        "runs_events_per_s": {
+            name: [run["events_per_s"] for run in results] for name, results in runs.items()
+        },
+    }
+
+
+def _avro_message(schema_id: int, index: int) -> bytes:
+    """The record of ``message(index)``, in Avro framed in Confluent's wire format."""
+    return confluent(schema_id, avro_record(AVRO_ORDER, json.loads(message(index))))
+
+
+async def _produce_avro(bootstrap: str, topic: str, count: int, schema_id: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        for start in range(0, count, 10_000):
+            sent = [
+                await producer.send(topic, _avro_message(schema_id, i), partition=i % PARTITIONS)
+                for i in range(start, min(start + 10_000, count))
+            ]
+            for delivery in sent:
+                await delivery
+    finally:
+        await producer.stop()
+
+
 async def part_throughput_sqlite(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return await part_throughput(args, workdir, "sqlite")
 
@@ -198,6 +307,7 @@ BENCH = Bench(
     parts={
         "throughput_sqlite": part_throughput_sqlite,
         "throughput_postgresql": part_throughput_postgresql,
+        "avro_sqlite": part_avro_sqlite,
     },
     full={"throughput_messages": 100_000},
     quick={"throughput_messages": 10_000},

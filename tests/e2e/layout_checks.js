@@ -18,9 +18,9 @@ window.layoutChecks = {
       .map(([text, cell]) => `${text}: ${cell.left}..${cell.right} outside ${box.left}..${box.right}`);
   },
 
-  // The header's links, labels and status that wrap onto a second line.
+  // The header's links, labels, who you are and status that wrap onto a second line.
   wrappedHeader() {
-    return [...document.querySelectorAll("header a, header label, #status")]
+    return [...document.querySelectorAll("header a, header label, #whoami, #status")]
       .filter((e) => e.getClientRects().length > 1)
       .map((e) => `header: '${e.textContent.trim()}' on ${e.getClientRects().length} lines`);
   },

@@ -564,12 +564,12 @@ LAYOUT_CHECKS = Path(__file__).with_name("layout_checks.js")
 
 
 async def check_layout(page: Page, container: str) -> list[str]:
-    """What does not fit on the page: the document, the page, panel or sidebar wider than
-    they are, a table cell in ``container`` past its edge, the header on two lines, chart axis
-    labels on top of each other."""
+    """What does not fit on the page: the document, the header, the page, panel or sidebar
+    wider than they are, a table cell in ``container`` past its edge, the header on two lines,
+    chart axis labels on top of each other."""
     problems: list[str] = await page.evaluate(
         "(selectors) => layoutChecks.overflowing(selectors)",
-        ["html", "body", "main", "#page", "#panel", "#sidebar"],
+        ["html", "body", "header", "main", "#page", "#panel", "#sidebar"],
     )
     problems += await page.evaluate("(c) => layoutChecks.cutOff(c)", container)
     problems += await page.evaluate("layoutChecks.wrappedHeader()")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +12,7 @@ import pytest
 
 from triggerer.connections import UnknownConnection, get_connection
 from triggerer.service.config import CONFIG_ENV, ConfigError, current_settings, load_settings
+from triggerer.service.principals import Principal, Role, token_digest
 
 
 @pytest.fixture(autouse=True)
@@ -297,6 +300,152 @@ def test_an_api_open_beyond_loopback_is_a_config_error(
 def test_an_open_api_may_listen_on_loopback(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
     monkeypatch.setenv("TRIGGERER_API__HOST", host)
     assert load_settings().api.tokens == ()
+
+
+SECRET = "pr1ncipal-s3cret"  # noqa: S105 - a token the tests configure, never shown
+SECRET_SHA256 = hashlib.sha256(SECRET.encode()).hexdigest()
+
+
+def _principals(*entries: str, api: str = "") -> str:
+    """A config file's text: ``[api]`` with ``api`` and an ``[[api.principals]]`` per entry."""
+    return f"[api]\n{api}\n" + "".join(f"[[api.principals]]\n{entry}\n" for entry in entries)
+
+
+def test_principals_with_their_roles_tokens_digests_and_globs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIGGERER_API__HOST", "0.0.0.0")  # noqa: S104 - principals are tokens
+    text = _principals(
+        'name = "dashboard"\nrole = "viewer"\ntoken = "v"',
+        f'name = "orders-feed"\nrole = "emitter"\ntoken_sha256 = "{SECRET_SHA256.upper()}"\n'
+        'assets = ["orders*", "s3://lake/sales/*"]',
+        'name = "on-call"\nrole = "operator"\ntoken = "o"',
+        'name = "platform"\nrole = "admin"\ntoken = "a"',
+        api='tokens = ["t"]',
+    )
+    api = load_settings(_toml(tmp_path, text)).api
+    assert [entry.principal() for entry in api.principals] == [
+        Principal("dashboard", Role.VIEWER),
+        Principal("orders-feed", Role.EMITTER, ("orders*", "s3://lake/sales/*")),
+        Principal("on-call", Role.OPERATOR),
+        Principal("platform", Role.ADMIN),
+    ]
+    assert api.principals[0].digest == token_digest("v")
+    assert api.principals[1].digest == token_digest(SECRET)
+    assert (api.tokens, api.is_open) == (("t",), False)
+
+
+TOKEN = f'token = "{SECRET}"'
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "problem"),
+    [
+        ("x", f'role = "superuser"\n{TOKEN}', "role 'superuser' is not a role: viewer, emitter"),
+        ("x", f'role = "Viewer"\n{TOKEN}', "role 'Viewer' is not a role"),
+        ("x", f'role = "emitter"\n{TOKEN}', "an emitter needs assets"),
+        ("x", f'role = "emitter"\nassets = []\n{TOKEN}', "an emitter needs assets"),
+        ("x", f'role = "emitter"\nassets = ["a*", ""]\n{TOKEN}', "glob must not be empty"),
+        ("x", f'role = "viewer"\nassets = ["a*"]\n{TOKEN}', "only an emitter takes assets"),
+        ("x", f'role = "operator"\nassets = []\n{TOKEN}', "only an emitter takes assets"),
+        ("x", 'role = "viewer"', "give its token as token or as token_sha256"),
+        (
+            "x",
+            f'role = "viewer"\n{TOKEN}\ntoken_sha256 = "{SECRET_SHA256}"',
+            "give its token as token or as token_sha256",
+        ),
+        ("x", 'role = "viewer"\ntoken = " "', "the token must not be empty"),
+        ("x", 'role = "viewer"\ntoken_sha256 = "abc"', "token_sha256 must be 64 hex digits"),
+        ("x", f'role = "viewer"\ntoken_sha256 = "{"g" * 64}"', "must be 64 hex digits"),
+        ("api-token-1", f'role = "viewer"\n{TOKEN}', "the name is one the daemon gives"),
+        ("cli:root", f'role = "viewer"\n{TOKEN}', "the name is one the daemon gives"),
+        ("anonymous", f'role = "viewer"\n{TOKEN}', "the name is one the daemon gives"),
+    ],
+)
+def test_a_bad_principal_is_a_config_error_naming_the_entry(
+    tmp_path: Path, name: str, fields: str, problem: str
+) -> None:
+    text = _principals('name = "fine"\nrole = "viewer"\ntoken = "f"', f'name = "{name}"\n{fields}')
+    with pytest.raises(ConfigError) as info:
+        load_settings(_toml(tmp_path, text))
+    message = str(info.value)
+    assert f"api.principals[1]: principal {name!r}: " in message
+    assert problem in message
+    assert "TRIGGERER_API__PRINCIPALS" in message
+    assert SECRET not in message
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            _principals('role = "viewer"\ntoken = "v"'),
+            "api.principals[0].name: Field required",
+        ),
+        (
+            _principals('name = " "\nrole = "viewer"\ntoken = "v"'),
+            "api.principals[0]: the name must not be empty",
+        ),
+        (
+            _principals('name = "x"\nrole = "viewer"\ntoken = "v"\ntokn = "w"'),
+            "api.principals[0].tokn: unknown setting",
+        ),
+        (
+            _principals(
+                'name = "a"\nrole = "viewer"\ntoken = "v"',
+                'name = "b"\nrole = "viewer"\ntoken = "w"',
+                'name = "a"\nrole = "operator"\ntoken = "o"',
+            ),
+            "api.principals: entries [0] ('a') and [2] ('a') have one name",
+        ),
+        (
+            _principals(
+                f'name = "a"\nrole = "viewer"\ntoken = "{SECRET}"',
+                f'name = "b"\nrole = "operator"\ntoken_sha256 = "{SECRET_SHA256}"',
+            ),
+            "api.principals: entries [0] ('a') and [1] ('b') have one token",
+        ),
+        (
+            _principals(
+                'name = "a"\nrole = "viewer"\ntoken = "v"',
+                f'name = "b"\nrole = "viewer"\ntoken_sha256 = "{SECRET_SHA256}"',
+                api=f'tokens = ["t", "{SECRET}"]',
+            ),
+            "api.tokens: token 2 is also the token of api.principals[1] ('b')",
+        ),
+    ],
+)
+def test_principals_clashing_or_incomplete_are_config_errors_naming_the_entries(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(_toml(tmp_path, text))
+    assert problem in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+def test_principals_from_the_environment_replace_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _toml(tmp_path, _principals('name = "file"\nrole = "viewer"\ntoken = "f"'))
+    entries = [{"name": "ci", "role": "emitter", "token": SECRET, "assets": ["orders*"]}]
+    monkeypatch.setenv("TRIGGERER_API__PRINCIPALS", json.dumps(entries))
+    [entry] = load_settings(path).api.principals
+    assert entry.principal() == Principal("ci", Role.EMITTER, ("orders*",))
+    assert entry.digest == token_digest(SECRET)
+    monkeypatch.setenv("TRIGGERER_API__PRINCIPALS", json.dumps([{**entries[0], "role": "root"}]))
+    with pytest.raises(ConfigError, match=r"api.principals\[0\]: principal 'ci': role 'root'"):
+        load_settings(path)
+
+
+def test_principals_are_tokens_to_the_open_api_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIGGERER_API__HOST", "0.0.0.0")  # noqa: S104 - refused without tokens
+    with pytest.raises(ConfigError, match="set tokens or principals"):
+        load_settings()
+    entries = [{"name": "dashboard", "role": "viewer", "token": SECRET}]
+    monkeypatch.setenv("TRIGGERER_API__PRINCIPALS", json.dumps(entries))
+    api = load_settings().api
+    assert (api.host, api.tokens, api.is_open) == ("0.0.0.0", (), False)  # noqa: S104
 
 
 @pytest.mark.parametrize(("text", "tokens"), [("a, b", ("a", "b")), ('["a", "b,c"]', ("a", "b,c"))])

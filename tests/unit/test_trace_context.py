@@ -27,6 +27,7 @@ from watchers.mqtt.trigger import message_payload as mqtt_payload
 from watchers.nats.trigger import message_payload as nats_payload
 from watchers.pubsub.puller import message_payload as pubsub_payload
 from watchers.redis.streams import entry_payload
+from watchers.schemas.decoding import Decoded
 from watchers.sqs import message_payload as sqs_payload
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -127,9 +128,8 @@ def test_xray_header(header: object, expected: str | None) -> None:
 def kafka_payload(headers: list[tuple[str, bytes]]) -> Any:
     """The payload a KafkaTrigger makes of a record with ``headers``."""
     record = ConsumerRecord("orders", 0, 5, 1_764_000_000_000, 0, None, b"{}", None, 0, 2, headers)
-    event = KafkaTrigger(bootstrap_servers="kafka:9092", topics=["orders"])._event(record, None)
-    assert event is not None
-    return event.payload
+    trigger = KafkaTrigger(bootstrap_servers="kafka:9092", topics=["orders"])
+    return trigger._payload(record, Decoded(None), Decoded({}))
 
 
 def sqs_message(attributes: dict[str, str], system: dict[str, str] | None = None) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -32,12 +32,20 @@ async def find_asset(session: AsyncSession, *, asset_id: int | None, uri: str | 
     found = (await find_assets(session, [(asset_id, uri)]))[0]
     if isinstance(found, Exception):
         raise found
-    return found[0]
+    return found.id
+
+
+class FoundAsset(NamedTuple):
+    """An asset a user named, as :func:`find_assets` found it."""
+
+    id: int
+    uri: str
+    name: str
 
 
 # Built once: the REST API runs it for every batch of events posted.
 _ASSETS_BY_ID_OR_URI = (
-    select(models.Asset.id, models.Asset.uri)
+    select(models.Asset.id, models.Asset.uri, models.Asset.name)
     .where(
         or_(
             models.Asset.id.in_(bindparam("ids", expanding=True)),
@@ -50,9 +58,9 @@ _ASSETS_BY_ID_OR_URI = (
 
 async def find_assets(
     session: AsyncSession, named: Sequence[tuple[int | None, str | None]]
-) -> list[tuple[int, str] | NotFound | Refused]:
-    """For each asset named by ``(asset_id, uri)`` (one of them), its id and URI, or why it
-    cannot be used; one query for all."""
+) -> list[FoundAsset | NotFound | Refused]:
+    """For each asset named by ``(asset_id, uri)`` (one of them), its id, URI and name, or why
+    it cannot be used; one query for all."""
     wanted: list[int | str | Refused] = []
     for asset_id, uri in named:
         if asset_id is not None:
@@ -67,22 +75,22 @@ async def find_assets(
     ids = list({want for want in wanted if isinstance(want, int)})
     uris = list({want for want in wanted if isinstance(want, str)})
     rows = (await session.execute(_ASSETS_BY_ID_OR_URI, {"ids": ids, "uris": uris})).all()
-    uri_of: dict[int, str] = dict(rows)
+    by_id = {row.id: FoundAsset(*row) for row in rows}
     ids_of: dict[str, list[int]] = {}
-    for asset_id, uri in rows:
-        ids_of.setdefault(uri, []).append(asset_id)
-    return [_found(want, uri_of, ids_of) for want in wanted]
+    for row in rows:
+        ids_of.setdefault(row.uri, []).append(row.id)
+    return [_found(want, by_id, ids_of) for want in wanted]
 
 
 def _found(
-    want: int | str | Refused, uri_of: dict[int, str], ids_of: dict[str, list[int]]
-) -> tuple[int, str] | NotFound | Refused:
+    want: int | str | Refused, by_id: dict[int, FoundAsset], ids_of: dict[str, list[int]]
+) -> FoundAsset | NotFound | Refused:
     if isinstance(want, Refused):
         return want
     if isinstance(want, int):
-        if want not in uri_of:
+        if want not in by_id:
             return queries.missing_asset(want)
-        return want, uri_of[want]
+        return by_id[want]
     ids = ids_of.get(want, [])
     if not ids:
         return NotFound(f"no asset with URI {want!r} (see 'assets list')")
@@ -91,7 +99,7 @@ def _found(
             f"several assets have URI {want!r} (ids {', '.join(map(str, ids[:5]))}): "
             "name one by its asset_id"
         )
-    return ids[0], want
+    return by_id[ids[0]]
 
 
 def new_event(

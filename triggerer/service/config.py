@@ -11,12 +11,21 @@ import importlib.util
 import ipaddress
 import json
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -27,6 +36,8 @@ from pydantic_settings import (
 )
 
 from triggerer import connections
+from triggerer.service import tls
+from triggerer.service.principals import Principal, Role, reserved, token_digest
 
 CONFIG_ENV = "TRIGGERER_CONFIG"
 HOME = Path(os.environ.get("TRIGGERER_HOME", Path.home() / ".triggerer"))
@@ -74,18 +85,122 @@ class PipelinesSettings(_Section):
     reload_interval_s: float = Field(default=1.0, gt=0, le=DAY_S)
 
 
+TOKEN_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+"""What ``token_sha256`` holds: a SHA-256 digest in hex."""
+
+
+def _entry_error(kind: str, message: str) -> PydanticCustomError:
+    """An error whose ``message`` is used as it is (a name in it may hold braces)."""
+    return PydanticCustomError(kind, "{message}", {"message": message})
+
+
+class PrincipalSettings(_Section):
+    """An ``[[api.principals]]`` entry: a caller of the API with its role, known by its token
+    (or the token's SHA-256 digest, so the file need not hold the secret).
+
+    Each entry is checked here, each error naming it; the checks across entries (one token or
+    one name twice) are :class:`ApiSettings`'.
+    """
+
+    name: str
+    role: str
+    token: str | None = None
+    token_sha256: str | None = None
+    assets: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _usable(self) -> PrincipalSettings:
+        if not self.name.strip():
+            raise _entry_error("api_principal", "the name must not be empty")
+        for problem in (self._name_problem(), self._token_problem(), self._assets_problem()):
+            if problem is not None:
+                raise _entry_error("api_principal", f"principal {self.name!r}: {problem}")
+        return self
+
+    def _name_problem(self) -> str | None:
+        if reserved(self.name):
+            return (
+                "the name is one the daemon gives (anonymous, api-token-N, cli:USER), which "
+                "the audit log would not tell apart: choose another"
+            )
+        if self.role not in tuple(Role):
+            return f"role {self.role!r} is not a role: {', '.join(Role)}"
+        return None
+
+    def _token_problem(self) -> str | None:
+        if (self.token is None) == (self.token_sha256 is None):
+            return (
+                "give its token as token or as token_sha256 (the token's SHA-256 in hex), one "
+                "of them"
+            )
+        if self.token is not None and not self.token.strip():
+            return "the token must not be empty"
+        if self.token_sha256 is not None and not TOKEN_SHA256.fullmatch(self.token_sha256):
+            return (
+                "token_sha256 must be 64 hex digits, the SHA-256 of the token "
+                "(printf %s TOKEN | sha256sum)"
+            )
+        return None
+
+    def _assets_problem(self) -> str | None:
+        if self.role != Role.EMITTER:
+            if self.assets is not None:
+                return f"only an emitter takes assets; the role {self.role} acts on every asset"
+            return None
+        if not self.assets:
+            return (
+                "an emitter needs assets, the globs of the asset names or URIs it may emit to, "
+                'e.g. assets = ["orders*"]'
+            )
+        if any(not glob for glob in self.assets):
+            return "an asset glob must not be empty"
+        return None
+
+    @property
+    def digest(self) -> bytes:
+        """The SHA-256 digest of its token."""
+        if self.token_sha256 is not None:
+            return bytes.fromhex(self.token_sha256)
+        return token_digest(self.token or "")  # one of the two is given: checked above
+
+    def principal(self) -> Principal:
+        return Principal(self.name, Role(self.role), self.assets or ())
+
+
 class ApiSettings(_Section):
     """The REST API the daemon serves under ``/api/v1``.
 
-    Without tokens the API is open, so it must listen on a loopback address; ``port = 0`` picks
-    a free port (the daemon logs it as ``api_listening``).
+    Its callers are the bearers of ``tokens`` (each an admin) and the ``principals``, each with
+    its role. Without either the API is open, so it must listen on a loopback address;
+    ``port = 0`` picks a free port (the daemon logs it as ``api_listening``). With
+    ``tls_certfile`` and ``tls_keyfile`` it serves HTTPS only; with ``tls_client_ca`` too, only
+    to clients presenting a certificate that CA signed (mutual TLS, which authenticates no
+    principal: tokens still decide who may do what).
     """
 
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    principals: tuple[PrincipalSettings, ...] = ()
     # Validated even when left out: an open API must not listen beyond this host.
     tokens: Annotated[tuple[str, ...], NoDecode] = Field(default=(), validate_default=True)
+
+    @field_validator("principals")
+    @classmethod
+    def _principals_differ(
+        cls, principals: tuple[PrincipalSettings, ...]
+    ) -> tuple[PrincipalSettings, ...]:
+        for what, key in (("name", _name), ("token", _digest)):
+            first: dict[object, int] = {}
+            for index, principal in enumerate(principals):
+                earlier = first.setdefault(key(principal), index)
+                if earlier != index:
+                    raise _entry_error(
+                        "api_principals",
+                        f"entries [{earlier}] ({principals[earlier].name!r}) and [{index}] "
+                        f"({principal.name!r}) have one {what}: each principal needs its own",
+                    )
+        return principals
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -104,15 +219,103 @@ class ApiSettings(_Section):
     ) -> tuple[str, ...]:
         if any(not token.strip() for token in tokens):
             raise PydanticCustomError("api_tokens", "a token must not be empty")
+        if "principals" not in info.data:
+            return tokens  # the principals' own error says what is wrong
+        principals: tuple[PrincipalSettings, ...] = info.data["principals"]
+        by_digest = {principal.digest: index for index, principal in enumerate(principals)}
+        for number, token in enumerate(tokens, start=1):
+            index = by_digest.get(token_digest(token))
+            if index is not None:
+                raise _entry_error(
+                    "api_tokens",
+                    f"token {number} is also the token of api.principals[{index}] "
+                    f"({principals[index].name!r}): each caller needs its own",
+                )
         host = info.data.get("host", "")
-        if not tokens and info.data.get("enabled", True) and not is_loopback(host):
+        if (
+            not tokens
+            and not principals
+            and info.data.get("enabled", True)
+            and not is_loopback(host)
+        ):
             raise PydanticCustomError(
                 "api_open",
-                "the API would be open to the network on host '{host}': set tokens, or listen "
-                "on a loopback address such as 127.0.0.1",
+                "the API would be open to the network on host '{host}': set tokens or "
+                "principals, or listen on a loopback address such as 127.0.0.1",
                 {"host": host},
             )
         return tokens
+
+    # TLS: PEM files, checked when the settings are read (unless the API is off), so that a bad
+    # one stops the daemon before it starts; a CLI verb reading these settings reads them too.
+    tls_certfile: Path | None = None
+    # Validated even when left out: a certificate needs its key, and the key a certificate.
+    tls_keyfile: Path | None = Field(default=None, validate_default=True)
+    tls_client_ca: Path | None = None
+
+    @field_validator("tls_certfile")
+    @classmethod
+    def _a_certificate(cls, certfile: Path | None, info: ValidationInfo) -> Path | None:
+        if certfile is not None and info.data.get("enabled", True):
+            _tls_file(tls.check_certificates, certfile)
+        return certfile
+
+    @field_validator("tls_keyfile")
+    @classmethod
+    def _the_certificates_key(cls, keyfile: Path | None, info: ValidationInfo) -> Path | None:
+        if "tls_certfile" not in info.data:  # the certificate's own error says it
+            return keyfile
+        certfile = info.data["tls_certfile"]
+        if certfile is None and keyfile is not None:
+            raise PydanticCustomError(
+                "api_tls", "a key without its certificate: set tls_certfile too, or neither"
+            )
+        if certfile is not None and keyfile is None:
+            raise PydanticCustomError(
+                "api_tls",
+                "HTTPS with the certificate {certfile} needs its private key: set tls_keyfile "
+                "too, or neither",
+                {"certfile": str(certfile)},
+            )
+        if keyfile is not None and certfile is not None and info.data.get("enabled", True):
+            _tls_file(tls.check_key, keyfile, certfile)
+        return keyfile
+
+    @field_validator("tls_client_ca")
+    @classmethod
+    def _clients_ca(cls, client_ca: Path | None, info: ValidationInfo) -> Path | None:
+        if client_ca is None:
+            return client_ca
+        if info.data.get("tls_certfile", ...) is None:
+            raise PydanticCustomError(
+                "api_tls",
+                "mutual TLS needs HTTPS: set tls_certfile and tls_keyfile too, or remove it",
+            )
+        if info.data.get("enabled", True):
+            _tls_file(tls.check_certificates, client_ca)
+        return client_ca
+
+    @property
+    def is_open(self) -> bool:
+        """Whether no token is configured: anyone who reaches the API may use it."""
+        return not self.tokens and not self.principals
+
+
+def _tls_file(check: Callable[..., None], *files: Path) -> None:
+    """``check(*files)``; its error as the setting's, which ``load_settings`` shows with the key
+    and the file."""
+    try:
+        check(*files)
+    except tls.TlsFileError as error:
+        raise PydanticCustomError("api_tls", "{problem}", {"problem": str(error)}) from None
+
+
+def _name(principal: PrincipalSettings) -> object:
+    return principal.name
+
+
+def _digest(principal: PrincipalSettings) -> object:
+    return principal.digest
 
 
 def is_loopback(host: str) -> bool:
@@ -419,13 +622,23 @@ def _describe(error: pydantic.ValidationError, config_file: str | None) -> str:
     where = f" in {config_file}" if config_file else ""
     lines = [f"invalid configuration{where}:"]
     for problem in error.errors():
-        key = ".".join(str(part) for part in problem["loc"])
-        env = "TRIGGERER_" + "__".join(str(part).upper() for part in problem["loc"])
+        loc = problem["loc"]
+        key = ".".join(str(part) for part in loc)
+        env = "TRIGGERER_" + "__".join(str(part).upper() for part in loc)
+        principal = loc[:2] == ("api", "principals")
+        if principal:
+            # An entry of the list by its index; the environment holds the whole list.
+            key = "api.principals" + "".join(
+                f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[2:]
+            )
+            env = "TRIGGERER_API__PRINCIPALS"
         if problem["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown setting (from the file or {env})")
         # Never show a password, a token or a key.
-        elif key in ("database.url", "api.tokens", "openlineage.api_key") or key.startswith(
-            "tracing.headers"
+        elif (
+            principal
+            or key in ("database.url", "api.tokens", "openlineage.api_key")
+            or key.startswith("tracing.headers")
         ):
             lines.append(f"  {key}: {problem['msg']} (or set {env})")
         else:

@@ -1,5 +1,6 @@
-"""The three ways a user's request fails, raised by the queries, actions and replay alike; the
-REST API answers them 404, 422 and 409, the CLI prints their message."""
+"""The ways a user's request fails, raised by the queries, actions and replay alike (and
+:class:`Forbidden` by the permission checks); the REST API answers them 404, 422, 409 and 403,
+the CLI prints their message."""
 
 from __future__ import annotations
 
@@ -15,3 +16,8 @@ class Refused(ValueError):
 class Conflict(ValueError):
     """What a user asked for does not fit the state of what it names (cancelling a finished
     run); the message names that state and what would."""
+
+
+class Forbidden(Exception):
+    """The caller's role does not allow what it asked for; the message names the caller and the
+    permission it lacks."""

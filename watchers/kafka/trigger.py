@@ -27,7 +27,8 @@ from watchers.kafka.client import (
     raise_unless_transient,
 )
 from watchers.payloads import decode_body
-from watchers.processing import CountingTrigger, Processing
+from watchers.processing import ADDED_LATER, CountingTrigger, Processing
+from watchers.schemas.decoding import BodyFormat, Decoded, Undecodable
 from watchers.uris import split_uri
 
 if TYPE_CHECKING:
@@ -70,6 +71,14 @@ class KafkaTrigger(CountingTrigger):
     the reason in its headers. Offsets are committed per partition up to the highest offset
     below which every message is acknowledged. ``connection`` names the SASL/TLS settings.
 
+    ``value_format`` and ``key_format`` (``"json"``, the default, or ``"avro"``,
+    ``"protobuf"``, ``"json_schema"``) decode values and keys written in Confluent's wire
+    format (or AWS Glue's) with the writer's schema from ``schema_registry`` (a URL, or a
+    connection's name): ``value`` and ``key`` are then the decoded records, and the payload
+    gains ``schema_id`` (``key_schema_id``). A message that cannot be decoded is a dead letter
+    in the daemon's table at once (not the dead-letter topic: decoding it again would fail
+    again); a registry that does not answer fails the watcher, the message unacknowledged.
+
     In the daemon, watchers without a ``group_id`` read through one shared consumer per
     cluster and consumer settings (:mod:`watchers.kafka.fetcher`): each topic is fetched once
     and every message handed to each watcher reading it, so watchers of one topic with
@@ -95,6 +104,9 @@ class KafkaTrigger(CountingTrigger):
     #: keep the daemon's ingest batches full while earlier ones are being committed.
     max_in_flight: int = 5000
     connection: str | None = None
+    value_format: str = dataclasses.field(default="json", metadata=ADDED_LATER)
+    key_format: str = dataclasses.field(default="json", metadata=ADDED_LATER)
+    schema_registry: str | None = dataclasses.field(default=None, metadata=ADDED_LATER)
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     commit_interval_ms: int = 1_000
@@ -109,8 +121,11 @@ class KafkaTrigger(CountingTrigger):
     #: took effect.
     dead_lettered: int = dataclasses.field(default=0, init=False)
     acked: int = dataclasses.field(default=0, init=False)
+    #: Messages whose key or value could not be decoded (dead letters of the daemon's table).
+    undecodable: int = dataclasses.field(default=0, init=False)
 
     _processing: Processing = dataclasses.field(init=False)
+    _key_format: BodyFormat = dataclasses.field(init=False)
     _producer: AIOKafkaProducer | None = dataclasses.field(default=None, init=False)
     _reader: kafka_fetcher.Reader | None = dataclasses.field(default=None, init=False)
 
@@ -134,11 +149,8 @@ class KafkaTrigger(CountingTrigger):
         for name in ("max_attempts", "max_in_flight", "commit_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"KafkaTrigger {name}={getattr(self, name)!r} must be >= 1")
-        self._processing = _KafkaProcessing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-        )
+        self._processing = _KafkaProcessing.of_trigger(self)
+        self._key_format = BodyFormat(self.key_format, self.schema_registry, option="key_format")
 
     @property
     def consumer_group(self) -> str:
@@ -222,6 +234,7 @@ class KafkaTrigger(CountingTrigger):
     async def run(self) -> AsyncGenerator[TriggerEvent, None]:
         await self.cleanup()  # a previous run's reader, when the daemon restarts this trigger
         self._processing.load()
+        self._key_format.load()
         spec = self.reader_spec()
         shared = kafka_fetcher.current() if self.shared_fetch else None
         if shared is not None:
@@ -256,10 +269,26 @@ class KafkaTrigger(CountingTrigger):
     # -- handling one message
 
     async def _handle(self, record: ConsumerRecord[bytes, bytes], ack: _Ack) -> TriggerEvent | None:
-        """The event of ``record``; ``None`` once it is filtered or dead-lettered."""
+        """The event of ``record``; a dead letter when it cannot be decoded; ``None`` once it
+        is filtered or sent to the dead-letter topic."""
         self.messages += 1
+        key_format, value_format = self._key_format, self._processing.body_format
         try:
-            event = self._process(record, ack)
+            # JSON, the default, is decoded here: no step through the event loop per message.
+            key = (
+                Decoded(decode_body(record.key))
+                if key_format.plain
+                else await key_format.decode(record.key)
+            )
+            value = (
+                Decoded(decode_body(record.value))
+                if value_format.plain
+                else await value_format.decode(record.value)
+            )
+        except Undecodable as error:
+            return self._undecodable(record, ack, error)
+        try:
+            event = self._process(record, ack, (key, value))
         # Processing runs user code (apply_function) that may raise anything: the message goes
         # to the dead-letter topic and the watcher carries on.
         except Exception as error:  # noqa: BLE001
@@ -271,25 +300,21 @@ class KafkaTrigger(CountingTrigger):
         self.events += 1
         return event
 
-    def _process(self, record: ConsumerRecord[bytes, bytes], ack: _Ack) -> TriggerEvent | None:
+    def _process(
+        self, record: ConsumerRecord[bytes, bytes], ack: _Ack, decoded: tuple[Decoded, Decoded]
+    ) -> TriggerEvent | None:
         """The event of ``record``, ``None`` when filtered; the last error after max_attempts."""
         for _ in range(self.max_attempts - 1):
             try:
-                return self._event(record, ack)
+                return self._event(record, ack, decoded)
             except Exception:  # noqa: BLE001, S112 - user code may raise anything; tried again
                 continue
-        return self._event(record, ack)
+        return self._event(record, ack, decoded)
 
-    def _event(self, record: ConsumerRecord[bytes, bytes], ack: _Ack) -> TriggerEvent | None:
-        payload: Any = {
-            "topic": record.topic,
-            "partition": record.partition,
-            "offset": record.offset,
-            "key": decode_body(record.key),
-            "value": decode_body(record.value),
-            "timestamp": record.timestamp,
-            "headers": {k: decode_body(v) for k, v in record.headers} if record.headers else {},
-        }
+    def _event(
+        self, record: ConsumerRecord[bytes, bytes], ack: _Ack, decoded: tuple[Decoded, Decoded]
+    ) -> TriggerEvent | None:
+        payload = self._payload(record, *decoded)
         prepared = self._processing.prepare(payload)
         if prepared is None:
             return None
@@ -301,6 +326,48 @@ class KafkaTrigger(CountingTrigger):
             ack=ack,
             partition_key=partition_key,
             sent_at=record.timestamp / 1000 if record.timestamp > 0 else None,
+        )
+
+    def _payload(
+        self, record: ConsumerRecord[bytes, bytes], key: Decoded, value: Decoded
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": key.value,
+            "value": value.value,
+            "timestamp": record.timestamp,
+            "headers": {k: decode_body(v) for k, v in record.headers} if record.headers else {},
+        }
+        if value.schema_id is not None:
+            payload["schema_id"] = value.schema_id
+        if key.schema_id is not None:
+            payload["key_schema_id"] = key.schema_id
+        return payload
+
+    def _undecodable(
+        self, record: ConsumerRecord[bytes, bytes], ack: _Ack, error: Undecodable
+    ) -> TriggerEvent:
+        """The dead letter of a message whose key or value cannot be decoded: its payload with
+        both as ``value_format="json"`` gives them."""
+        self.undecodable += 1
+        log.warning(
+            "kafka_message_undecodable",
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            error=str(error),
+        )
+        payload = self._payload(
+            record, Decoded(decode_body(record.key)), Decoded(decode_body(record.value))
+        )
+        return TriggerEvent.of_decoded_json(
+            payload,
+            dedup_key=dedup_key(record),
+            ack=ack,
+            sent_at=record.timestamp / 1000 if record.timestamp > 0 else None,
+            dead_letter=str(error),
         )
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: Exception) -> None:

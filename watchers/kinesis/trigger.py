@@ -24,11 +24,12 @@ import structlog
 
 from triggerer.backoff import backoff_s
 from triggerer.providers import Provider
-from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, WatchedAsset
+from triggerer.triggers import SourceMissing, TriggerEvent, WatchedAsset
 from watchers.first_start import STARTED, first_start
 from watchers.kinesis.sharing import ENDED, ENDED_MARK, ShardSharing, stored_state
 from watchers.payloads import decode_body
-from watchers.processing import Processing, check_range
+from watchers.processing import ADDED_LATER, LaterOptionsTrigger, Processing, check_range
+from watchers.schemas.decoding import Undecodable
 from watchers.uris import split_uri
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def watcher_application(asset: WatchedAsset, watcher_name: str) -> str:
 
 
 @dataclasses.dataclass(eq=False, repr=False, kw_only=True)
-class KinesisTrigger(BaseEventTrigger):
+class KinesisTrigger(LaterOptionsTrigger):
     """Yield one event per record of every shard of the Kinesis stream ``stream``.
 
     The payload is ``{"body", "partition_key", "sequence_number", "shard_id",
@@ -129,6 +130,8 @@ class KinesisTrigger(BaseEventTrigger):
     partition_key_path: str | None = None
     max_deliveries: int = 5
     connection: str | None = None
+    value_format: str = dataclasses.field(default="json", metadata=ADDED_LATER)
+    schema_registry: str | None = dataclasses.field(default=None, metadata=ADDED_LATER)
     #: Records one GetRecords returns at most.
     limit: int = 1000
     #: How long to wait after a round of reads that found no record.
@@ -162,11 +165,7 @@ class KinesisTrigger(BaseEventTrigger):
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"KinesisTrigger {option}={value!r} must be a positive number")
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-        )
+        self._processing = Processing.of_trigger(self)
         self._millis_behind: dict[str, int] = {}
         self._sharing: ShardSharing | None = None
 
@@ -294,6 +293,12 @@ class KinesisTrigger(BaseEventTrigger):
             "checkpoint": (checkpoint_key, sequence),
             "fence": fence,
         }
+        try:
+            payload = await self._processing.decoded(payload, record.get("Data"))
+        except Undecodable as error:
+            self.dead_lettered += 1
+            log.warning("kinesis_record_undecodable", shard=shard_id, sequence_number=sequence)
+            return TriggerEvent.of_decoded_json(payload, dead_letter=str(error), **common)
         attempt = 0
         while True:
             attempt += 1

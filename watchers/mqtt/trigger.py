@@ -30,7 +30,8 @@ from triggerer.triggers import TriggerEvent, WatchedAsset
 from watchers.clients import check_settings, require
 from watchers.mqtt.address import MqttAddress, parse_mqtt_uri
 from watchers.payloads import decode_body
-from watchers.processing import CountingTrigger, Processing, check_range
+from watchers.processing import ADDED_LATER, CountingTrigger, Processing, check_range
+from watchers.schemas.decoding import Undecodable
 
 if TYPE_CHECKING:
     import aiomqtt
@@ -113,6 +114,8 @@ class MqttTrigger(CountingTrigger):
     max_in_flight: int = 1_000
     keepalive_s: int = 60
     connection: str | None = None
+    value_format: str = dataclasses.field(default="json", metadata=ADDED_LATER)
+    schema_registry: str | None = dataclasses.field(default=None, metadata=ADDED_LATER)
 
     #: Its own counters: dead letters yielded, acknowledgements sent and connections made.
     dead_lettered: int = dataclasses.field(default=0, init=False)
@@ -143,11 +146,7 @@ class MqttTrigger(CountingTrigger):
                 f"MqttTrigger dedup_property={self.dedup_property!r} must be the name of a user "
                 "property, or None for no dedup key"
             )
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-        )
+        self._processing = Processing.of_trigger(self)
 
     @property
     def session_client_id(self) -> str:
@@ -221,7 +220,7 @@ class MqttTrigger(CountingTrigger):
                         self._stray(message)
                         await ack()
                         continue
-                    event = self._handle(message, ack)
+                    event = await self._handle(message, ack)
                     if event is None:
                         await ack()
                     else:
@@ -283,7 +282,7 @@ class MqttTrigger(CountingTrigger):
             client_id=self.session_client_id,
         )
 
-    def _handle(self, message: aiomqtt.Message, ack: _Ack) -> TriggerEvent | None:
+    async def _handle(self, message: aiomqtt.Message, ack: _Ack) -> TriggerEvent | None:
         """The event of ``message``; ``None`` when it is filtered out."""
         self.messages += 1
         payload, properties = message_payload(message)
@@ -292,6 +291,14 @@ class MqttTrigger(CountingTrigger):
             value = properties.get(self.dedup_property)
             if value is not None:
                 dedup_key = f"{payload['topic']}/{value}"
+        try:
+            payload = await self._processing.decoded(payload, message.payload)
+        except Undecodable as error:
+            self.dead_lettered += 1
+            log.warning("mqtt_message_undecodable", topic=payload["topic"], error=str(error))
+            return TriggerEvent.of_decoded_json(
+                payload, dedup_key=dedup_key, ack=ack, dead_letter=str(error)
+            )
         failures = 0
         while True:
             try:

@@ -25,7 +25,8 @@ from watchers.nats import client as nats_client
 from watchers.nats.in_flight import InFlight, MessageAck
 from watchers.nats.pull import Pull, PullEnded
 from watchers.payloads import decode_body
-from watchers.processing import CountingTrigger, Processing, check_range
+from watchers.processing import ADDED_LATER, CountingTrigger, Processing, check_range
+from watchers.schemas.decoding import Undecodable
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -97,6 +98,8 @@ class NatsTrigger(CountingTrigger):
     apply_function: str | None = None
     partition_key_path: str | None = None
     connection: str | None = None
+    value_format: str = dataclasses.field(default="json", metadata=ADDED_LATER)
+    schema_registry: str | None = dataclasses.field(default=None, metadata=ADDED_LATER)
 
     #: Its own counters: deliveries whose processing raised, dead letters yielded (and
     #: :attr:`acked`).
@@ -134,11 +137,7 @@ class NatsTrigger(CountingTrigger):
                 raise ValueError(f"NatsTrigger {name}={value!r} must be a number >= {low}")
         for name in ("max_deliveries", "fetch_batch", "max_in_flight"):
             check_range(f"NatsTrigger {name}", getattr(self, name), 1)
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-        )
+        self._processing = Processing.of_trigger(self)
         self._in_flight = InFlight(ack_wait_s=self.ack_wait_s, limit=self.max_in_flight)
 
     @property
@@ -365,6 +364,10 @@ class NatsTrigger(CountingTrigger):
                 f"delivered {delivered} times, more than max_deliveries={self.max_deliveries}, "
                 "without its event being stored",
             )
+        try:
+            payload = await self._processing.decoded(payload, message.data)
+        except Undecodable as error:
+            return self._dead_letter(payload, key, ack, str(error))
         try:
             prepared = self._processing.prepare(payload)
         # Processing runs user code (apply_function) that may raise anything: the message is

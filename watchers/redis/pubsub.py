@@ -20,7 +20,7 @@ from triggerer.backoff import Backoff
 from triggerer.providers import Provider
 from triggerer.triggers import TriggerEvent, WatchedAsset
 from watchers.payloads import decode_body
-from watchers.processing import CountingTrigger, Processing
+from watchers.processing import ADDED_LATER, CountingTrigger, Processing
 from watchers.redis.address import (
     DEFAULT_REDIS_PORT,
     RedisAddress,
@@ -30,6 +30,7 @@ from watchers.redis.address import (
     pipelined,
     transient_errors,
 )
+from watchers.schemas.decoding import Undecodable
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -67,6 +68,8 @@ class RedisPubSubTrigger(CountingTrigger):
     filter: dict[str, Any] | None = None
     partition_key_path: str | None = None
     connection: str | None = None
+    value_format: str = dataclasses.field(default="json", metadata=ADDED_LATER)
+    schema_registry: str | None = dataclasses.field(default=None, metadata=ADDED_LATER)
     #: The watcher it runs for (set by :meth:`for_watcher`), named in the start-up warning.
     watcher: str | None = None
 
@@ -79,11 +82,7 @@ class RedisPubSubTrigger(CountingTrigger):
 
     def __post_init__(self) -> None:
         check_address(self.host, self.port, self.db, self.channel, "channel")
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-        )
+        self._processing = Processing.of_trigger(self)
 
     @property
     def address(self) -> RedisAddress:
@@ -129,7 +128,7 @@ class RedisPubSubTrigger(CountingTrigger):
                         self.polled()
                         if message is None or message["type"] != "message":
                             continue
-                        event = self._handle(message["data"])
+                        event = await self._handle(message["data"])
                         if event is not None:
                             yield event
             except transient as error:
@@ -151,9 +150,14 @@ class RedisPubSubTrigger(CountingTrigger):
         if redis_client is not None:
             await redis_client.aclose()
 
-    def _handle(self, data: bytes) -> TriggerEvent | None:
+    async def _handle(self, data: bytes) -> TriggerEvent | None:
         self.messages += 1
         payload = {"channel": self.channel, "body": decode_body(data), "received_at": time.time()}
+        try:
+            payload = await self._processing.decoded(payload, data)
+        except Undecodable as error:
+            log.warning("redis_pubsub_message_undecodable", channel=self.channel, error=str(error))
+            return TriggerEvent.of_decoded_json(payload, dead_letter=str(error))
         try:
             prepared = self._processing.prepare(payload)
         # apply_function is user code that may raise anything: the message is dropped (nothing

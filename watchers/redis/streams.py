@@ -18,7 +18,7 @@ from triggerer.triggers import TriggerEvent, WatchedAsset
 from watchers.clients import require
 from watchers.first_start import FirstStart, first_start, started_key
 from watchers.payloads import decode_body
-from watchers.processing import CountingTrigger, Processing, check_range
+from watchers.processing import ADDED_LATER, CountingTrigger, Processing, check_range
 from watchers.redis.address import (
     DEFAULT_REDIS_PORT,
     RedisAddress,
@@ -30,6 +30,7 @@ from watchers.redis.address import (
 )
 from watchers.redis.stream_group import EntryAck, StreamGroupReader
 from watchers.redis.stream_group import RedisStreamMissing as RedisStreamMissing
+from watchers.schemas.decoding import Undecodable
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +89,8 @@ class RedisStreamTrigger(CountingTrigger):
     #: Events yielded and not yet acknowledged before reading pauses (backpressure).
     max_in_flight: int = 5_000
     connection: str | None = None
+    value_format: str = dataclasses.field(default="json", metadata=ADDED_LATER)
+    schema_registry: str | None = dataclasses.field(default=None, metadata=ADDED_LATER)
 
     #: Its own counters: entries whose processing raised, dead letters yielded, entries
     #: acknowledged, and pending entries found trimmed away (lost).
@@ -117,11 +120,7 @@ class RedisStreamTrigger(CountingTrigger):
             raise ValueError(f"RedisStreamTrigger body_field={self.body_field!r} must be a name")
         for name in ("max_deliveries", "min_idle_ms", "block_ms", "batch_size", "max_in_flight"):
             check_range(name, getattr(self, name), 1)
-        self._processing = Processing.of_options(
-            filter=self.filter,
-            apply_function=self.apply_function,
-            partition_key_path=self.partition_key_path,
-        )
+        self._processing = Processing.of_trigger(self)
         self._reader = StreamGroupReader(
             address=self.address,
             stream=self.stream,
@@ -218,7 +217,7 @@ class RedisStreamTrigger(CountingTrigger):
                 log.info("redis_stream_reconnected", stream=self.stream, attempts=backoff.attempt)
                 backoff = Backoff(max_s=BACKOFF_MAX_S)
             for entry_id, fields, delivered in entries:
-                event = self._handle(entry_id, fields, delivered)
+                event = await self._handle(entry_id, fields, delivered)
                 if event is not None:
                     yield event
 
@@ -233,7 +232,7 @@ class RedisStreamTrigger(CountingTrigger):
 
     # -- handling one entry
 
-    def _handle(
+    async def _handle(
         self, entry_id: str, fields: dict[bytes, bytes], delivered: int
     ) -> TriggerEvent | None:
         """The event of an entry, or its dead letter; ``None`` once it is filtered (and
@@ -251,6 +250,10 @@ class RedisStreamTrigger(CountingTrigger):
                 f"delivered {delivered} times, more than max_deliveries="
                 f"{self.max_deliveries}, without its event being stored",
             )
+        try:
+            payload = await self._processing.decoded(payload, fields.get(self.body_field.encode()))
+        except Undecodable as error:
+            return self._dead_letter(payload, key, ack, str(error))
         try:
             prepared = self._processing.prepare(payload)
         # Processing runs user code (apply_function) that may raise anything: the entry stays

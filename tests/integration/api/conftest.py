@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +22,19 @@ from triggerer.service.store import create_engine, session_factory
 BASE_URL = "http://api/api/v1"
 TOKEN = "t0ken-for-tests-only"  # noqa: S105 - a token the tests configure
 SECRET = "connection-password-never-shown"  # noqa: S105 - what no response may show
+VIEWER_TOKEN = "viewer-t0ken"  # noqa: S105 - tokens of the principals the tests configure
+EMITTER_TOKEN = "emitter-t0ken"  # noqa: S105
+OPERATOR_TOKEN = "operator-t0ken"  # noqa: S105
+PRINCIPALS = [
+    {"name": "dashboard", "role": "viewer", "token": VIEWER_TOKEN},
+    {"name": "orders-feed", "role": "emitter", "token": EMITTER_TOKEN, "assets": ["orders*"]},
+    {
+        "name": "on-call",
+        "role": "operator",
+        "token_sha256": hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest(),
+    },
+]
+"""Beside ``[api] tokens``, whenever the API has any: a principal of each role but admin."""
 
 PIPELINES = """
 from triggerer import (
@@ -88,7 +102,7 @@ def api_settings(database_url: str, tmp_path: Path, tokens: tuple[str, ...]) -> 
             "database": {"url": database_url},
             "pipelines": {"dir": tmp_path / "pipelines"},
             "spark": {"logs_dir": tmp_path / "logs"},
-            "api": {"tokens": tokens},
+            "api": {"tokens": tokens, "principals": PRINCIPALS if tokens else []},
             "connections": {"kafka_prod": {"sasl_plain_password": SECRET}},
         }
     )

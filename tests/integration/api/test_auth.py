@@ -1,4 +1,5 @@
-"""Every route but /healthz needs a token (enumerated from the app, so none can skip it); no
+"""Every route but /healthz needs a token (enumerated from the app, so none can skip it), and
+every route but a GET (or the simulation, which changes nothing) a role above viewer; no
 response holds a secret, and no log line a token."""
 
 from __future__ import annotations
@@ -9,11 +10,21 @@ import pytest
 import structlog
 from fastapi.routing import iter_route_contexts
 
-from tests.integration.api.conftest import SECRET, TOKEN, Api
+from tests.integration.api.conftest import (
+    EMITTER_TOKEN,
+    OPERATOR_TOKEN,
+    SECRET,
+    TOKEN,
+    VIEWER_TOKEN,
+    Api,
+)
 from triggerer.service.api.app import PREFIX
 
 SAMPLE_PARAMETERS = {"asset_id": "1", "pipeline_id": "matched", "run_id": "r1", "event_id": "1"}
 OPEN = {("GET", "/healthz")}
+READ_ONLY_POSTS = {("POST", "/pipelines/matched/simulate")}
+"""A POST that changes nothing: any role may."""
+EMITS = {("POST", "/assets/events")}
 UI = {"/", "/ui"}
 """The web UI's page and static files: open (no data; the page asks for the token)."""
 
@@ -77,3 +88,63 @@ async def test_the_docs_page_and_the_openapi_document_are_served(api: Api) -> No
     page = await api.client.get("/docs")
     assert page.status_code == 200
     assert f"{PREFIX}/openapi.json" in page.text
+
+
+async def test_a_viewer_reads_every_route_and_changes_none_and_an_emitter_only_emits(
+    api: Api,
+) -> None:
+    # Through the routes with sample parameters (404s and 422s are fine): a GET is never a 403,
+    # a change is one for the roles without its permission, naming the principal and it.
+    listed = routes(api)
+    changes = [(m, p) for m, p in listed if m != "GET" and (m, p) not in READ_ONLY_POSTS]
+    assert len(changes) == 9
+    for token, name, may in (
+        (VIEWER_TOKEN, "'dashboard' (viewer)", set()),
+        (EMITTER_TOKEN, "'orders-feed' (emitter)", EMITS),
+        (OPERATOR_TOKEN, "'on-call' (operator)", set(changes)),
+        (TOKEN, "'api-token-1' (admin)", set(changes)),
+    ):
+        async with api.client_with({"Authorization": f"Bearer {token}"}) as client:
+            for method, path in listed:
+                response = await client.request(method, path)
+                if (method, path) in changes and (method, path) not in may:
+                    assert response.status_code == 403, (token, method, path, response.text)
+                    detail = response.json()["detail"]
+                    needed = "emit" if (method, path) in EMITS else "operate"
+                    assert f"principal {name} lacks the permission {needed!r}" in detail
+                else:
+                    assert response.status_code not in (401, 403, 500), (token, method, path)
+
+
+async def test_whoami_says_who_the_caller_is_and_what_it_may_do(api: Api, open_api: Api) -> None:
+    answers = {}
+    for token in (VIEWER_TOKEN, EMITTER_TOKEN, OPERATOR_TOKEN, TOKEN):
+        async with api.client_with({"Authorization": f"Bearer {token}"}) as client:
+            answers[token] = (await client.get("/whoami")).json()
+    assert answers == {
+        VIEWER_TOKEN: {
+            "name": "dashboard",
+            "role": "viewer",
+            "permissions": ["read"],
+            "assets": None,
+        },
+        EMITTER_TOKEN: {
+            "name": "orders-feed",
+            "role": "emitter",
+            "permissions": ["read", "emit"],
+            "assets": ["orders*"],
+        },
+        OPERATOR_TOKEN: {
+            "name": "on-call",
+            "role": "operator",
+            "permissions": ["read", "emit", "operate"],
+            "assets": None,
+        },
+        TOKEN: {
+            "name": "api-token-1",
+            "role": "admin",
+            "permissions": ["read", "emit", "operate"],
+            "assets": None,
+        },
+    }
+    assert (await open_api.client.get("/whoami")).json()["name"] == "anonymous"

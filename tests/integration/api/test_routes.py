@@ -13,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from tests.integration.api.conftest import EMITTER_TOKEN, OPERATOR_TOKEN, TOKEN, VIEWER_TOKEN
 from triggerer.service.api import group_commit
 from triggerer.service.dead_letters import Unstorable, record_dead_letters
 from triggerer.service.events import NewEvent
@@ -102,8 +103,8 @@ async def test_a_post_answered_ahead_of_the_route_answers_as_the_route(api: Api)
     # type goes to the route. The answers are the same bytes but for the event's id and time.
     body = json.dumps({"uri": "orders", "extra": {"note": "é", "n": 1.5e20}, "partition_key": None})
 
-    async def post(content: str, content_type: str) -> httpx.Response:
-        headers = {"Content-Type": content_type}
+    async def post(content: str, content_type: str, token: str = TOKEN) -> httpx.Response:
+        headers = {"Content-Type": content_type, "Authorization": f"Bearer {token}"}
         return await api.client.post("/assets/events", content=content, headers=headers)
 
     def anonymous(response: httpx.Response) -> tuple[int, str, bytes]:
@@ -126,6 +127,36 @@ async def test_a_post_answered_ahead_of_the_route_answers_as_the_route(api: Api)
         hot = await post(content, "application/json")
         routed = await post(content, "application/merge-patch+json")
         assert (hot.status_code, hot.json()) == (status, routed.json())
+    # Roles: a caller that may not emit goes on to the route (403 naming it and the permission);
+    # an emitter's post outside its globs ("orders*") is refused by the group commit, which
+    # reads the asset's name and URI (403 naming the asset and the globs); inside them, 201.
+    customers = (await api.client.get("/assets?name_prefix=customers")).json()[0]["id"]
+    for token, content, status, said in (
+        (
+            VIEWER_TOKEN,
+            '{"uri": "orders"}',
+            403,
+            "'dashboard' (viewer) lacks the permission 'emit'",
+        ),
+        (EMITTER_TOKEN, '{"uri": "customers"}', 403, "'emit' on asset 'customers': it may"),
+        (EMITTER_TOKEN, f'{{"asset_id": {customers}}}', 403, "on asset 'customers'"),
+        (EMITTER_TOKEN, '{"uri": "s3://lake/report"}', 403, "matches 'orders*'"),
+        (EMITTER_TOKEN, '{"uri": "nowhere"}', 404, "no asset with URI 'nowhere'"),
+        ("not-a-token", '{"uri": "orders"}', 401, "missing or invalid bearer token"),
+    ):
+        hot = await post(content, "application/json", token)
+        routed = await post(content, "application/merge-patch+json", token)
+        assert (hot.status_code, hot.headers, hot.content) == (
+            status,
+            routed.headers,
+            routed.content,
+        )
+        assert said in hot.json()["detail"]
+    for token in (EMITTER_TOKEN, OPERATOR_TOKEN):
+        hot = await post(body, "application/json", token)
+        routed = await post(body, "application/merge-patch+json", token)
+        assert anonymous(hot) == anonymous(routed)
+        assert hot.status_code == 201
 
 
 async def test_concurrent_posts_share_transactions_and_each_gets_its_own_answer(

@@ -1,5 +1,6 @@
 """schemathesis against the OpenAPI document: generated requests to every operation (a bounded
-number each) get no 5xx and no response that breaks the document (status, content type, body).
+number each) get no 5xx and no response that breaks the document (status, content type, body);
+with a viewer's token, no change succeeds (no 2xx) and the store is as it was.
 
 schemathesis serves an ASGI app from an event loop of its own, in a thread; the app is built in
 that loop (at its lifespan start) so the database engine's connections belong to it.
@@ -7,18 +8,27 @@ that loop (at its lifespan start) so the database engine's connections belong to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from schemathesis import GenerationMode, checks
+from schemathesis import GenerationMode, Response, checks
 from schemathesis.python import asgi
 from schemathesis.specs.openapi.schemas import OpenApiSchema
+from sqlalchemy import func, select
 
-from tests.integration.api.conftest import TOKEN, Calls, api_settings, make_context, sync
+from tests.integration.api.conftest import (
+    TOKEN,
+    VIEWER_TOKEN,
+    Calls,
+    api_settings,
+    make_context,
+    sync,
+)
 from triggerer.service.api import create_app
 from triggerer.service.api.app import OPENAPI_PATH
 from triggerer.service.store import create_engine, models, session_factory
@@ -26,6 +36,9 @@ from triggerer.service.store.types import utcnow
 
 MAX_EXAMPLES = 12
 """Generated requests per operation: a few hundred in all, some seconds a database kind."""
+CHANGES = {"POST", "PATCH", "PUT", "DELETE"}
+READ_ONLY_POSTS = {"/api/v1/pipelines/{pipeline_id}/simulate"}
+"""A POST that changes nothing, which a viewer may make."""
 CHECKS = [
     checks.not_a_server_error,
     checks.status_code_conformance,
@@ -85,6 +98,36 @@ def api_schema(migrated_database_url: str, tmp_path: Path) -> Iterator[OpenApiSc
 def test_no_server_error_and_no_response_breaking_the_document(
     api_schema: OpenApiSchema, mode: GenerationMode
 ) -> None:
+    drive(api_schema, mode, TOKEN)
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_a_viewer_gets_no_server_error_and_changes_nothing(
+    api_schema: OpenApiSchema, mode: GenerationMode, migrated_database_url: str
+) -> None:
+    before = asyncio.run(store_state(migrated_database_url))
+    refused = set()
+
+    def changes_nothing(case: schemathesis.Case, response: Response) -> None:
+        if case.method.upper() in CHANGES and case.path not in READ_ONLY_POSTS:
+            assert not 200 <= response.status_code < 300, (case.method, case.path)
+            if response.status_code == 403:
+                refused.add((case.method.upper(), case.path))
+
+    drive(api_schema, mode, VIEWER_TOKEN, changes_nothing)
+    assert asyncio.run(store_state(migrated_database_url)) == before
+    if mode is GenerationMode.POSITIVE:  # every change was tried, and refused for its role
+        assert len(refused) == 9, refused
+
+
+def drive(
+    api_schema: OpenApiSchema,
+    mode: GenerationMode,
+    token: str,
+    also: Callable[[schemathesis.Case, Response], None] | None = None,
+) -> None:
+    """Generated requests to every operation, with ``token``; ``also`` checks each answer
+    further."""
     # Driven here rather than by schemathesis' pytest plugin, whose fixture-based schemas
     # do not run on pytest 9.
     operations = [result.ok() for result in api_schema.get_all_operations()]
@@ -102,6 +145,32 @@ def test_no_server_error_and_no_response_breaking_the_document(
             database=None,
         )
         def check(case: schemathesis.Case) -> None:
-            case.call_and_validate(headers={"Authorization": f"Bearer {TOKEN}"}, checks=CHECKS)
+            response = case.call_and_validate(
+                headers={"Authorization": f"Bearer {token}"}, checks=CHECKS
+            )
+            if also is not None:
+                also(case, response)
 
         check()
+
+
+async def store_state(database_url: str) -> tuple[int, ...]:
+    """The rows of what a change could add or remove, and the paused pipelines."""
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            counted = [
+                await session.scalar(select(func.count()).select_from(table))
+                for table in (
+                    models.AssetEvent,
+                    models.QueuedEvent,
+                    models.Run,
+                    models.Replay,
+                )
+            ]
+            paused = await session.scalar(
+                select(func.count()).select_from(models.Pipeline).where(models.Pipeline.paused)
+            )
+        return (*(count or 0 for count in counted), paused or 0)
+    finally:
+        await engine.dispose()

@@ -29,6 +29,7 @@ import pytest
 import yaml
 from alembic.script import ScriptDirectory
 
+from tests.fixtures.certificates import issue, make_ca
 from tests.fixtures.helm import CHART, Helm, Manifest, documents
 from triggerer.service.config import CONFIG_ENV, load_settings
 from triggerer.service.runs.processes import KILL_GRACE_S
@@ -38,6 +39,8 @@ from triggerer.service.store.migrate import alembic_config
 KUBERNETES_VERSION = "1.30"
 """The oldest Kubernetes the chart is checked against (kubernetes-validate bundles its schemas)."""
 RELEASE = "demo"
+TLS_DIR = "/etc/triggerer-tls"
+"""Where the pods mount their TLS files (api.tls)."""
 FULLNAME = f"{RELEASE}-triggerer"
 ValueSet = tuple[str, ...]
 VALUE_SETS: dict[str, ValueSet] = {
@@ -49,6 +52,7 @@ VALUE_SETS: dict[str, ValueSet] = {
     "openlineage": ("-f", str(CHART / "ci" / "openlineage-values.yaml")),
     "rolling": ("-f", str(CHART / "ci" / "rolling-values.yaml")),
     "ingress": ("-f", str(CHART / "ci" / "ingress-values.yaml")),
+    "tls": ("-f", str(CHART / "ci" / "tls-values.yaml")),
 }
 
 
@@ -119,7 +123,12 @@ def test_the_daemon_accepts_the_settings(
     with; the pod's terminationGracePeriodSeconds outlasts its drain."""
     manifests = helm.render(*values)
     config = tmp_path / "triggerer.toml"
-    config.write_text(settings_text(manifests))
+    # The TLS files the pod mounts from Secrets: made here, where the settings read them.
+    text = settings_text(manifests)
+    if TLS_DIR in text:
+        text = text.replace(f"{TLS_DIR}/", f"{tmp_path}/")
+        issue(make_ca(tmp_path, "client-ca"), tmp_path, "tls")
+    config.write_text(text)
     monkeypatch.setenv(CONFIG_ENV, str(config))
     monkeypatch.setenv("TRIGGERER_API__TOKENS", '["a-token"]')
     monkeypatch.setenv("TRIGGERER_DATABASE__URL", "postgresql://triggerer@db:5432/triggerer")
@@ -196,6 +205,89 @@ def test_the_probes(helm: Helm) -> None:
     script = spec["readinessProbe"]["exec"]["command"][-1]
     assert "/api/v1/readyz" in script
     assert "TRIGGERER_API__TOKENS" in script
+
+
+def secret_file(manifests: list[Manifest], path: str, spec: dict[str, Any]) -> tuple[str, str]:
+    """The (Secret, key) the file at ``path`` in the container ``spec`` comes from."""
+    volumes = {volume["name"]: volume for volume in daemon(manifests)["volumes"]}
+    for mount in spec["volumeMounts"]:
+        folder = mount["mountPath"].rstrip("/") + "/"
+        if not path.startswith(folder):
+            continue
+        volume = volumes[mount["name"]]
+        sources = [source["secret"] for source in volume["projected"]["sources"]]
+        for secret in sources:
+            for item in secret["items"]:
+                if item["path"] == path.removeprefix(folder):
+                    return secret["name"], item["key"]
+    raise AssertionError(f"{path} is no file of a Secret mounted in {spec['name']}")
+
+
+def test_tls_serves_https_with_the_certificate_of_a_secret(helm: Helm) -> None:
+    """The certificate and key of the kubernetes.io/tls Secret become [api] tls_certfile and
+    tls_keyfile in every container that reads the settings (db upgrade too); the kubelet probes
+    over HTTPS, the readiness probe's Python too (its own pod's API on loopback, unverified);
+    Prometheus is told https."""
+    manifests = helm.render("--set", "api.tls.enabled=true", "--set", "api.tls.secretName=api-tls")
+    api = tomllib.loads(settings_text(manifests))["api"]
+    assert "tls_client_ca" not in api
+    pod = daemon(manifests)
+    for spec in (*pod["initContainers"], *pod["containers"]):
+        assert secret_file(manifests, api["tls_certfile"], spec) == ("api-tls", "tls.crt")
+        assert secret_file(manifests, api["tls_keyfile"], spec) == ("api-tls", "tls.key")
+    spec = container(manifests)
+    for probe in ("livenessProbe", "startupProbe"):
+        assert spec[probe]["httpGet"] == {
+            "path": "/api/v1/healthz",
+            "port": "http",
+            "scheme": "HTTPS",
+        }
+    script = spec["readinessProbe"]["exec"]["command"][-1]
+    assert '"https://127.0.0.1:8080/api/v1/readyz"' in script
+    assert "context.verify_mode = ssl.CERT_NONE" in script
+    assert "load_cert_chain" not in script
+    assert pod_annotations(manifests)["prometheus.io/scheme"] == "https"
+    (port,) = one(manifests, "Service")["spec"]["ports"]
+    assert port["appProtocol"] == "https"
+    plain = helm.render()
+    assert "prometheus.io/scheme" not in pod_annotations(plain)
+    assert "appProtocol" not in one(plain, "Service")["spec"]["ports"][0]
+
+
+def pod_annotations(manifests: list[Manifest]) -> dict[str, str]:
+    found: dict[str, str] = one(manifests, "Deployment")["spec"]["template"]["metadata"][
+        "annotations"
+    ]
+    return found
+
+
+def test_mutual_tls_probes_with_a_client_certificate(helm: Helm) -> None:
+    """With api.tls.clientCA the daemon asks clients for a certificate of that CA; the kubelet's
+    httpGet has none, so every probe runs Python presenting the probes' certificate; the
+    ServiceMonitor scrapes over HTTPS with the tlsConfig given."""
+    manifests = helm.render(*VALUE_SETS["tls"])
+    api = tomllib.loads(settings_text(manifests))["api"]
+    spec = container(manifests)
+    assert secret_file(manifests, api["tls_client_ca"], spec) == ("triggerer-api-tls", "ca.crt")
+    probe_files = {
+        secret_file(manifests, f"{TLS_DIR}/{name}", spec) for name in ("probe.crt", "probe.key")
+    }
+    assert probe_files == {("triggerer-probe-tls", "tls.crt"), ("triggerer-probe-tls", "tls.key")}
+    for probe, path in (
+        ("livenessProbe", "/api/v1/healthz"),
+        ("startupProbe", "/api/v1/healthz"),
+        ("readinessProbe", "/api/v1/readyz"),
+    ):
+        assert "httpGet" not in spec[probe]
+        script = spec[probe]["exec"]["command"][-1]
+        assert f'"https://127.0.0.1:8080{path}"' in script
+        assert f'load_cert_chain("{TLS_DIR}/probe.crt", "{TLS_DIR}/probe.key")' in script
+        assert ("TRIGGERER_API__TOKENS" in script) is (probe == "readinessProbe")
+        compile(script, probe, "exec")
+    (endpoint,) = one(manifests, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == "demo-triggerer.jobs.svc"
+    assert endpoint["tlsConfig"]["ca"] == {"secret": {"name": "triggerer-api-tls", "key": "ca.crt"}}
 
 
 def test_the_api_tokens_come_from_the_secret(helm: Helm) -> None:
@@ -440,6 +532,22 @@ def test_sqlite_refuses_several_replicas(helm: Helm) -> None:
         ),
         (("--set", "ingress.enabled=true", "--set", "ingress.hosts=null"), "needs ingress.hosts"),
         (("--set", "ingress.hosts[0].paths[0].path=ui"), "Does not match pattern '^/'"),
+        (("--set", "api.tls.enabled=true"), "api.tls.enabled needs api.tls.secretName"),
+        (
+            ("--set", "api.tls.clientCA.secretName=ca"),
+            "api.tls.clientCA (mutual TLS) needs HTTPS: set api.tls.enabled",
+        ),
+        (
+            (
+                "--set",
+                "api.tls.enabled=true",
+                "--set",
+                "api.tls.secretName=api-tls",
+                "--set",
+                "api.tls.clientCA.secretName=ca",
+            ),
+            "api.tls.clientCA needs api.tls.clientCA.probeSecretName",
+        ),
     ],
 )
 def test_values_that_cannot_work_are_refused(helm: Helm, values: ValueSet, message: str) -> None:

@@ -8,9 +8,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.context import Context, requires
 from triggerer.service.api.responses import PROTECTED
 from triggerer.service.api.schemas import INT4_MAX, PIPELINE_ID, Limit, Since
+from triggerer.service.principals import Permission
 from triggerer.service.reads import activity
 from triggerer.service.reads.activity import Window
 from triggerer.service.reads.views import EventActivity, LagActivity, RunTimeline
@@ -18,7 +19,10 @@ from triggerer.service.store.states import RunState
 from triggerer.service.store.types import utcnow
 
 router = APIRouter(
-    prefix="/activity", tags=["activity"], dependencies=[Depends(authorized)], responses=PROTECTED
+    prefix="/activity",
+    tags=["activity"],
+    dependencies=[Depends(requires(Permission.READ))],
+    responses=PROTECTED,
 )
 
 RUNS_SINCE_DEFAULT = dt.timedelta(days=1)

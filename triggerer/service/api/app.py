@@ -1,7 +1,8 @@
 """The REST API under ``/api/v1``: the app factory, error answers, OpenAPI and its docs page.
 
 Every route but ``/api/v1/healthz`` is behind the bearer-token check (when ``[api] tokens``
-are set), the OpenAPI document and the docs page included. Errors a user can cause answer
+or ``[[api.principals]]`` are set), the OpenAPI document and the docs page included, and each
+requires a permission of the caller's role (403 without it). Errors a user can cause answer
 4xx with a ``detail`` naming the value; a store that does not answer is a 503.
 """
 
@@ -29,10 +30,12 @@ from triggerer.service.api import (
     pipelines,
     runs,
     watchers,
+    whoami,
 )
-from triggerer.service.api.context import ApiContext, authorized
+from triggerer.service.api.context import ApiContext, requires
 from triggerer.service.api.event_posts import EventPosts
-from triggerer.service.errors import Conflict, NotFound, Refused
+from triggerer.service.errors import Conflict, Forbidden, NotFound, Refused
+from triggerer.service.principals import Permission
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 
 log = structlog.get_logger(__name__)
@@ -60,13 +63,24 @@ def create_app(context: ApiContext) -> FastAPI:
     )
     app.state.context = context
     app.include_router(health.open_router, prefix=PREFIX)
-    for module in (assets, pipelines, import_errors, runs, watchers, events, activity, health):
+    for module in (
+        assets,
+        pipelines,
+        import_errors,
+        runs,
+        watchers,
+        events,
+        activity,
+        health,
+        whoami,
+    ):
         app.include_router(module.router, prefix=PREFIX)
     _add_docs(app)
     _add_ui(app)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(Refused, _refused)
     app.add_exception_handler(Conflict, _conflict)
+    app.add_exception_handler(Forbidden, _forbidden)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _http_error)
     for error in STORE_ERRORS:
@@ -77,7 +91,7 @@ def create_app(context: ApiContext) -> FastAPI:
 
 
 def _add_docs(app: FastAPI) -> None:
-    guarded: Any = [Depends(authorized)]
+    guarded: Any = [Depends(requires(Permission.READ))]
 
     @app.get(OPENAPI_PATH, include_in_schema=False, dependencies=guarded)
     async def openapi() -> JSONResponse:
@@ -103,6 +117,10 @@ async def _not_found(_: Request, error: Exception) -> JSONResponse:
 
 async def _conflict(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(error)}, status_code=status.HTTP_409_CONFLICT)
+
+
+async def _forbidden(_: Request, error: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(error)}, status_code=status.HTTP_403_FORBIDDEN)
 
 
 async def _refused(_: Request, error: Exception) -> JSONResponse:

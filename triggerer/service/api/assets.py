@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, status
 
 from triggerer.service import actions, replay
-from triggerer.service.api.context import Context, authorized
-from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED
+from triggerer.service.api.context import Caller, Context, requires
+from triggerer.service.api.responses import CONFLICT, FORBIDDEN, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
     INT4_MAX,
     AssetId,
@@ -23,13 +23,17 @@ from triggerer.service.api.schemas import (
     Since,
     UtcTime,
 )
+from triggerer.service.principals import Permission
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import AliasRow, AssetRow, EventRow, QueuedEventRow
 from triggerer.service.store.states import EventSource
 from triggerer.service.trace_context import of_http_headers
 
 router = APIRouter(
-    prefix="/assets", tags=["assets"], dependencies=[Depends(authorized)], responses=PROTECTED
+    prefix="/assets",
+    tags=["assets"],
+    dependencies=[Depends(requires(Permission.READ))],
+    responses=PROTECTED,
 )
 
 
@@ -70,13 +74,22 @@ async def list_events(
         )
 
 
-@router.post("/events", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
-async def create_event(context: Context, new: NewAssetEvent, request: Request) -> CreatedEvent:
+@router.post(
+    "/events",
+    status_code=status.HTTP_201_CREATED,
+    responses={**NOT_FOUND, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.EMIT))],
+)
+async def create_event(
+    context: Context, caller: Caller, new: NewAssetEvent, request: Request
+) -> CreatedEvent:
     """Create an event (``extra`` gains ``"from_rest_api": true``) and queue it for the
     pipelines scheduled on its asset; the scheduler looks at them at once. A partition key the
-    partition mapper of a consumer cannot map is refused. A W3C ``traceparent`` header (and
+    partition mapper of a consumer cannot map is refused. An emitter may create events only
+    of the assets its globs match (403 for the others). A W3C ``traceparent`` header (and
     ``tracestate``) is kept with the event; an invalid one is ignored."""
-    return await context.new_events.create(new, of_http_headers(request.scope["headers"]))
+    trace = of_http_headers(request.scope["headers"])
+    return await context.new_events.create(new, caller, trace)
 
 
 @router.get("/{asset_id}", responses=NOT_FOUND)
@@ -94,7 +107,11 @@ async def list_queued_events(
         return await queries.queued_events(session, asset_id=asset_id, limit=limit, offset=offset)
 
 
-@router.delete("/{asset_id}/queuedEvents", responses=NOT_FOUND)
+@router.delete(
+    "/{asset_id}/queuedEvents",
+    responses={**NOT_FOUND, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def delete_queued_events(
     context: Context, asset_id: AssetId, before: Annotated[UtcTime | None, Query()] = None
 ) -> Deleted:
@@ -105,7 +122,11 @@ async def delete_queued_events(
     return Deleted(deleted=deleted)
 
 
-@router.post("/{asset_id}/replay", responses={**NOT_FOUND, **CONFLICT})
+@router.post(
+    "/{asset_id}/replay",
+    responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def replay_events(
     context: Context, asset_id: AssetId, asked: ReplayRequest
 ) -> replay.ReplayResult:

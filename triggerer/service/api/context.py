@@ -1,11 +1,11 @@
-"""What routes get from the daemon serving them, and the bearer-token check."""
+"""What routes get from the daemon serving them, the bearer-token check that finds the caller,
+and the permission each route requires of it."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hmac
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,7 +15,14 @@ from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service.api.group_commit import GroupCommit
-from triggerer.service.principals import ANONYMOUS, Principal, token_principal
+from triggerer.service.principals import (
+    ANONYMOUS,
+    Keyring,
+    Permission,
+    Principal,
+    token_digest,
+    token_principal,
+)
 
 if TYPE_CHECKING:
     from triggerer.service.config import Settings
@@ -41,6 +48,14 @@ class ApiContext:
     """Called after committing a running run's cancel: the launcher running it stops it."""
 
     @functools.cached_property
+    def keyring(self) -> Keyring:
+        """The callers the API knows by their tokens: ``[api] tokens`` (admins) and
+        ``[[api.principals]]``."""
+        api = self.settings.api
+        tokens = [(token_digest(token), token_principal(i)) for i, token in enumerate(api.tokens)]
+        return Keyring([*tokens, *((entry.digest, entry.principal()) for entry in api.principals)])
+
+    @functools.cached_property
     def new_events(self) -> GroupCommit:
         """Creates the events POSTed, concurrent ones in one transaction."""
         return GroupCommit(self.sessions, self.registry, self.events_recorded)
@@ -59,7 +74,9 @@ async def _context(request: Request) -> ApiContext:
 
 Context = Annotated[ApiContext, Depends(_context)]
 
-_bearer = HTTPBearer(auto_error=False, description="a token of [api] tokens")
+_bearer = HTTPBearer(
+    auto_error=False, description="a token of [api] tokens or of an [[api.principals]] entry"
+)
 
 
 async def authorized(
@@ -67,36 +84,42 @@ async def authorized(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The caller: anyone when no tokens are configured, else the bearer of one of them."""
-    tokens = context.settings.api.tokens
-    if not tokens:
+    keyring = context.keyring
+    if keyring.open:
         return ANONYMOUS
-    index = _match(tokens, credentials.credentials if credentials else "")
-    if index is None:
+    principal = keyring.bearer(credentials.credentials) if credentials else None
+    if principal is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "missing or invalid bearer token: send 'Authorization: Bearer <token>' with a "
-            "token of [api] tokens",
+            "token of [api] tokens or of an [[api.principals]] entry",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return token_principal(index)
+    return principal
 
 
 Caller = Annotated[Principal, Depends(authorized)]
 """The principal making the request (a route's parameter), after the token check."""
 
 
-def bears_token(tokens: tuple[str, ...], authorization: str | None) -> bool:
-    """Whether an ``Authorization`` header of ``authorization`` bears one of ``tokens``, read as
-    :func:`authorized` reads it (FastAPI's ``HTTPBearer``)."""
+@functools.cache
+def requires(permission: Permission) -> Callable[[Principal], Awaitable[Principal]]:
+    """The dependency of a route that needs ``permission``: the caller, or a 403 naming it and
+    the permission it lacks (:class:`~triggerer.service.errors.Forbidden`)."""
+
+    async def permitted(caller: Caller) -> Principal:
+        caller.check(permission)
+        return caller
+
+    return permitted
+
+
+def bearer_of(keyring: Keyring, authorization: str | None) -> Principal | None:
+    """The caller whose ``Authorization`` header is ``authorization``, read as
+    :func:`authorized` reads it (FastAPI's ``HTTPBearer``); None where it answers 401."""
+    if keyring.open:
+        return ANONYMOUS
     scheme, credentials = get_authorization_scheme_param(authorization)
     if not (scheme and credentials) or scheme.lower() != "bearer":
-        return False
-    return _match(tokens, credentials) is not None
-
-
-def _match(tokens: tuple[str, ...], credentials: str) -> int | None:
-    """The index of the token ``credentials`` is, if one."""
-    given = credentials.encode()
-    # Every token is compared, each in constant time, so timing tells nothing about them.
-    matches = [hmac.compare_digest(given, token.encode()) for token in tokens]
-    return matches.index(True) if any(matches) else None
+        return None
+    return keyring.bearer(credentials)

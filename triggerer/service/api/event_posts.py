@@ -5,15 +5,17 @@ The route is the API's hot path: clients post events one request each, thousands
 Through FastAPI, routing (a match against every route), dependency solving (the token check,
 the context, the body) and the response's validation cost the daemon about as much CPU per
 event as the group commit that stores it. This middleware serves the same route with the same
-parts, without that machinery: it checks the token with :func:`~.context.bears_token`, parses
-the body as FastAPI would (``json.loads``, then :class:`NewAssetEvent`), hands the event to
-the group commit, answers its errors with the app's own exception handlers and its event as
-FastAPI serializes it.
+parts, without that machinery: it finds the caller by its token with
+:func:`~.context.bearer_of`, parses the body as FastAPI would (``json.loads``, then
+:class:`NewAssetEvent`), hands the event and the caller to the group commit, answers its
+errors with the app's own exception handlers and its event as FastAPI serializes it.
 
-A post it would answer with an error of its own (no or a wrong token, a body that is not JSON
-or not a valid event, a content type FastAPI reads differently) goes on to the FastAPI route,
-with the body it read: so a 401 or a 422 naming the field is FastAPI's, word for word, and the
-OpenAPI document still comes from the route.
+A post it would answer with an error of its own (no or a wrong token, a caller whose role may
+not emit, a body that is not JSON or not a valid event, a content type FastAPI reads
+differently) goes on to the FastAPI route, with the body it read: so a 401, a 403 or a 422
+naming the field is FastAPI's, word for word, and the OpenAPI document still comes from the
+route. An emitter's post to an asset outside its globs is refused by the group commit, which
+reads the asset's name and URI, as the route's is: a 403 from the app's handler.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from fastapi import status
 from starlette.requests import Request
 from starlette.responses import Response
 
-from triggerer.service.api.context import ApiContext, bears_token
+from triggerer.service.api.context import ApiContext, bearer_of
 from triggerer.service.api.schemas import NewAssetEvent
+from triggerer.service.principals import Permission
 from triggerer.service.trace_context import of_http_headers
 
 if TYPE_CHECKING:
@@ -53,9 +56,12 @@ class EventPosts:
             await self._app(scope, receive, send)
             return
         authorization, content_type = _headers(scope)
-        tokens = self._context.settings.api.tokens
-        if (tokens and not bears_token(tokens, authorization)) or (
-            content_type is None or content_type.partition(";")[0].strip().lower() != _JSON
+        caller = bearer_of(self._context.keyring, authorization)
+        if (
+            caller is None
+            or not caller.may(Permission.EMIT)
+            or content_type is None
+            or content_type.partition(";")[0].strip().lower() != _JSON
         ):
             await self._app(scope, receive, send)
             return
@@ -65,7 +71,8 @@ class EventPosts:
             await self._app(scope, _replaying(body, more, receive), send)
             return
         try:
-            created = await self._context.new_events.create(new, of_http_headers(scope["headers"]))
+            trace = of_http_headers(scope["headers"])
+            created = await self._context.new_events.create(new, caller, trace)
         except Exception as error:
             handler = self._handler(scope, error)
             if handler is None:

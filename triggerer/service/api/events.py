@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.context import Context, requires
 from triggerer.service.api.responses import NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import EventId, Limit, Offset, Since
+from triggerer.service.principals import Permission
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import DeadLetterRow, EventDetail
 
-router = APIRouter(tags=["events"], dependencies=[Depends(authorized)], responses=PROTECTED)
+router = APIRouter(
+    tags=["events"], dependencies=[Depends(requires(Permission.READ))], responses=PROTECTED
+)
 
 
 @router.get("/events/{event_id}", responses=NOT_FOUND)

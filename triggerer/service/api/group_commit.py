@@ -6,9 +6,11 @@ hands its event over and waits; one writer task at a time commits all that is wa
 transaction, answers each request, and goes on while more came meanwhile. Alone, a request
 costs what it did; under load, batches grow with the load.
 
-Each request still gets its own answer: an unknown asset or a refused value fails that request
-alone; when the store refuses a batch, each event is written on its own to find out whose; a
-store that does not answer fails every request of the batch (503, nothing committed).
+Each request still gets its own answer: an unknown asset, an asset the caller may not emit to
+(an emitter's globs, checked against the name and URI the batch reads anyway) or a refused
+value fails that request alone; when the store refuses a batch, each event is written on its
+own to find out whose; a store that does not answer fails every request of the batch (503,
+nothing committed).
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service import actions
 from triggerer.service.api.schemas import CreatedEvent, NewAssetEvent
-from triggerer.service.errors import NotFound, Refused
+from triggerer.service.errors import Forbidden, NotFound, Refused
 from triggerer.service.events import Recorded, record_events
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 from triggerer.service.store.notices import notify_queued
 from triggerer.service.store.states import EventSource
 
 if TYPE_CHECKING:
+    from triggerer.service.principals import Principal
     from triggerer.service.scheduling.registry import Registry
     from triggerer.service.trace_context import TraceContext
 
@@ -43,6 +46,7 @@ LINGER_S = 0.002
 @dataclasses.dataclass(eq=False)
 class _Post:
     event: NewAssetEvent
+    caller: Principal
     answer: asyncio.Future[CreatedEvent]
     trace: TraceContext | None = None
 
@@ -70,12 +74,14 @@ class GroupCommit:
         self._writer: asyncio.Task[None] | None = None
         self._posted = asyncio.Event()
 
-    async def create(self, event: NewAssetEvent, trace: TraceContext | None = None) -> CreatedEvent:
+    async def create(
+        self, event: NewAssetEvent, caller: Principal, trace: TraceContext | None = None
+    ) -> CreatedEvent:
         """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``), with
         the trace context of its request, and queued for the pipelines scheduled on its
-        asset."""
+        asset, if ``caller`` may emit to it (else :class:`Forbidden`)."""
         loop = asyncio.get_running_loop()
-        post = _Post(event, loop.create_future(), trace)
+        post = _Post(event, caller, loop.create_future(), trace)
         self._waiting.append(post)
         self._posted.set()
         if self._writer is None:
@@ -155,8 +161,9 @@ class GroupCommit:
             try:
                 if isinstance(found, Exception):
                     raise found
+                post.caller.check_emit(found.name, found.uri)
                 new = actions.new_event(
-                    found[0],
+                    found.id,
                     {**post.event.extra, "from_rest_api": True},
                     source=EventSource.REST_API,
                     partition_key=post.event.partition_key,
@@ -165,10 +172,10 @@ class GroupCommit:
                     new = dataclasses.replace(
                         new, traceparent=post.trace.traceparent, tracestate=post.trace.tracestate
                     )
-            except (NotFound, Refused) as error:
+            except (NotFound, Forbidden, Refused) as error:
                 refused.append((post, error))
                 continue
-            writing.append((post, new, found[1]))
+            writing.append((post, new, found.uri))
         recorded = await record_events(session, [new for _, new, _ in writing])
         # No dedup keys: every event is new, in the order given.
         queued_for = [recorded.queued.get(event.id, []) for event in recorded.events]

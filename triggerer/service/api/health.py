@@ -7,21 +7,24 @@ from datetime import timedelta
 from fastapi import APIRouter, Depends, HTTPException, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.context import Context, requires
 from triggerer.service.api.responses import UNAUTHORIZED, UNAVAILABLE, as_json
 from triggerer.service.api.schemas import Health
+from triggerer.service.principals import Permission
 from triggerer.service.reads import queries
 from triggerer.service.store.types import utcnow
 
 open_router = APIRouter(tags=["health"])
-router = APIRouter(tags=["health"], dependencies=[Depends(authorized)], responses=UNAUTHORIZED)
+router = APIRouter(
+    tags=["health"], dependencies=[Depends(requires(Permission.READ))], responses=UNAUTHORIZED
+)
 
 
 @open_router.get("/healthz")
 async def healthz(context: Context) -> Health:
     """Liveness: the daemon's event loop answers. Needs no token; says whether the other
     routes do (the web UI asks for one only then)."""
-    return Health(status="ok", token_required=bool(context.settings.api.tokens))
+    return Health(status="ok", token_required=not context.settings.api.is_open)
 
 
 @router.get("/readyz", responses=UNAVAILABLE)

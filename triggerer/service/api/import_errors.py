@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.context import Context, requires
 from triggerer.service.api.responses import PROTECTED
 from triggerer.service.api.schemas import Limit, Offset
+from triggerer.service.principals import Permission
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import ImportErrorRow
 
-router = APIRouter(tags=["pipelines"], dependencies=[Depends(authorized)], responses=PROTECTED)
+router = APIRouter(
+    tags=["pipelines"], dependencies=[Depends(requires(Permission.READ))], responses=PROTECTED
+)
 
 
 @router.get("/importErrors")

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, status
 
 from triggerer.service import actions
-from triggerer.service.api.context import Context, authorized
-from triggerer.service.api.responses import INVALID, NOT_FOUND, PROTECTED
+from triggerer.service.api.context import Context, requires
+from triggerer.service.api.responses import FORBIDDEN, INVALID, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
     AssetId,
     Deleted,
@@ -22,6 +22,7 @@ from triggerer.service.api.schemas import (
     UtcTime,
 )
 from triggerer.service.errors import NotFound
+from triggerer.service.principals import Permission
 from triggerer.service.reads import queries
 from triggerer.service.reads.explain import Explanation, explain
 from triggerer.service.reads.views import PipelineRow, QueuedEventRow, RunDetail, RunRow
@@ -31,7 +32,7 @@ from triggerer.service.store.states import RunState
 router = APIRouter(
     prefix="/pipelines",
     tags=["pipelines"],
-    dependencies=[Depends(authorized)],
+    dependencies=[Depends(requires(Permission.READ))],
     responses=PROTECTED,
 )
 
@@ -57,7 +58,11 @@ async def get_pipeline(context: Context, pipeline_id: PipelineId) -> PipelineRow
         return await queries.pipeline(session, pipeline_id)
 
 
-@router.patch("/{pipeline_id}", responses=NOT_FOUND)
+@router.patch(
+    "/{pipeline_id}",
+    responses={**NOT_FOUND, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def patch_pipeline(
     context: Context, pipeline_id: PipelineId, patch: PipelinePatch
 ) -> PipelineRow:
@@ -108,7 +113,11 @@ async def list_queued_events(
         )
 
 
-@router.delete("/{pipeline_id}/assets/queuedEvents", responses=NOT_FOUND)
+@router.delete(
+    "/{pipeline_id}/assets/queuedEvents",
+    responses={**NOT_FOUND, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def delete_queued_events(
     context: Context, pipeline_id: PipelineId, before: Annotated[UtcTime | None, Query()] = None
 ) -> Deleted:
@@ -135,7 +144,11 @@ async def list_asset_queued_events(
         )
 
 
-@router.delete("/{pipeline_id}/assets/{asset_id}/queuedEvents", responses=NOT_FOUND)
+@router.delete(
+    "/{pipeline_id}/assets/{asset_id}/queuedEvents",
+    responses={**NOT_FOUND, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def delete_asset_queued_events(
     context: Context,
     pipeline_id: PipelineId,
@@ -150,7 +163,12 @@ async def delete_asset_queued_events(
     return Deleted(deleted=deleted)
 
 
-@router.post("/{pipeline_id}/runs", status_code=status.HTTP_201_CREATED, responses=NOT_FOUND)
+@router.post(
+    "/{pipeline_id}/runs",
+    status_code=status.HTTP_201_CREATED,
+    responses={**NOT_FOUND, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def trigger_run(
     context: Context, pipeline_id: PipelineId, new: NewRun | None = None
 ) -> RunDetail:

@@ -9,6 +9,9 @@ from triggerer.service.api.schemas import Problem
 Responses = dict[int | str, dict[str, Any]]
 
 UNAUTHORIZED: Responses = {401: {"model": Problem, "description": "no valid bearer token"}}
+FORBIDDEN: Responses = {
+    403: {"model": Problem, "description": "the caller's role lacks the permission it needs"}
+}
 INVALID: Responses = {422: {"model": Problem, "description": "a value is not valid"}}
 UNAVAILABLE: Responses = {503: {"model": Problem, "description": "the store does not answer"}}
 NOT_FOUND: Responses = {404: {"model": Problem, "description": "what is named does not exist"}}

@@ -9,16 +9,20 @@ from fastapi import APIRouter, Depends, Query, status
 from fastapi.responses import PlainTextResponse
 
 from triggerer.service import actions
-from triggerer.service.api.context import Context, authorized
-from triggerer.service.api.responses import CONFLICT, NOT_FOUND, PROTECTED, as_json
+from triggerer.service.api.context import Context, requires
+from triggerer.service.api.responses import CONFLICT, FORBIDDEN, NOT_FOUND, PROTECTED, as_json
 from triggerer.service.api.schemas import PIPELINE_ID, Limit, Offset, RunId, Since
+from triggerer.service.principals import Permission
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import RunDetail, RunRow
 from triggerer.service.runs import stored_logs as run_logs
 from triggerer.service.store.states import RunState
 
 router = APIRouter(
-    prefix="/runs", tags=["runs"], dependencies=[Depends(authorized)], responses=PROTECTED
+    prefix="/runs",
+    tags=["runs"],
+    dependencies=[Depends(requires(Permission.READ))],
+    responses=PROTECTED,
 )
 
 
@@ -45,7 +49,11 @@ async def get_run(context: Context, run_id: RunId) -> RunDetail:
         return await queries.run(session, run_id)
 
 
-@router.post("/{run_id}/cancel", responses={**NOT_FOUND, **CONFLICT})
+@router.post(
+    "/{run_id}/cancel",
+    responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
+)
 async def cancel_run(context: Context, run_id: RunId) -> RunDetail:
     """Cancel a queued, running or up_for_retry run: one not running is ``cancelled`` at once; a
     running one is ``cancelling`` until the daemon running it has stopped its process group
@@ -62,7 +70,8 @@ async def cancel_run(context: Context, run_id: RunId) -> RunDetail:
 @router.post(
     "/{run_id}/rerun",
     status_code=status.HTTP_201_CREATED,
-    responses={**NOT_FOUND, **CONFLICT},
+    responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN},
+    dependencies=[Depends(requires(Permission.OPERATE))],
 )
 async def rerun(context: Context, run_id: RunId) -> RunDetail:
     """Queue a re-run of a finished run (success, failed or cancelled): a new run of its

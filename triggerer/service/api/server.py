@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
+from triggerer.service import tls
 from triggerer.service.api.app import create_app
 from triggerer.service.api.context import ApiContext
 from triggerer.service.config import ApiSettings, ConfigError
@@ -53,6 +55,8 @@ class ApiServer:
     def __init__(self, settings: ApiSettings, app: FastAPI) -> None:
         self._settings = settings
         self._listener: socket.socket | None = None
+        context = _tls_context(settings)
+        self._scheme = "http" if context is None else "https"
         self._server = _Server(
             uvicorn.Config(
                 app,
@@ -60,6 +64,7 @@ class ApiServer:
                 log_config=None,  # uvicorn logs through the daemon's logging
                 access_log=False,
                 timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S),
+                ssl_context_factory=None if context is None else lambda *_: context,
             )
         )
 
@@ -68,12 +73,18 @@ class ApiServer:
         with the address; requests wait until :meth:`run`."""
         self._listener = _bind(self._settings.host, self._settings.port)
         host, port = self._listener.getsockname()[:2]
-        log.info("api_listening", host=host, port=port, url=f"http://{_netloc(host, port)}/api/v1")
-        if not self._settings.tokens:
+        log.info(
+            "api_listening",
+            host=host,
+            port=port,
+            url=f"{self._scheme}://{_netloc(host, port)}/api/v1",
+            mutual_tls=self._settings.tls_client_ca is not None,
+        )
+        if self._settings.is_open:
             log.warning(
                 "api_open",
-                detail="no [api] tokens: anyone on this host may use the API, so it listens "
-                "on loopback only",
+                detail="no [api] tokens or principals: anyone on this host may use the API, so "
+                "it listens on loopback only",
             )
 
     async def run(self) -> None:
@@ -87,6 +98,22 @@ class ApiServer:
         """Stop accepting requests; those in progress get a few seconds to finish."""
         self._server.should_exit = True
         self._server.stopped.set()
+
+
+def _tls_context(settings: ApiSettings) -> ssl.SSLContext | None:
+    """The HTTPS of ``[api] tls_*``, None without; the settings checked the files already, so a
+    ConfigError here means they changed since."""
+    if settings.tls_certfile is None or settings.tls_keyfile is None:
+        return None
+    try:
+        return tls.server_context(
+            settings.tls_certfile, settings.tls_keyfile, settings.tls_client_ca
+        )
+    except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+        raise ConfigError(
+            f"[api] tls_certfile {settings.tls_certfile}, tls_keyfile {settings.tls_keyfile}, "
+            f"tls_client_ca {settings.tls_client_ca}: {error}"
+        ) from None
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from triggerer.service.api.context import Context, authorized
+from triggerer.service.api.context import Context, requires
 from triggerer.service.api.responses import PROTECTED
 from triggerer.service.api.schemas import Limit, Offset
+from triggerer.service.principals import Permission
 from triggerer.service.reads import watcher_states
 from triggerer.service.reads.lineage import Lineage, lineage
 from triggerer.service.reads.views import WatcherRow
 
-router = APIRouter(tags=["watchers"], dependencies=[Depends(authorized)], responses=PROTECTED)
+router = APIRouter(
+    tags=["watchers"], dependencies=[Depends(requires(Permission.READ))], responses=PROTECTED
+)
 
 
 @router.get("/watchers")

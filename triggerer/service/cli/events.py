@@ -7,6 +7,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from triggerer.service.cli import api_client
 from triggerer.service.cli.output import listing, quiet_client_logs, say
 from triggerer.service.cli.store import CliError, with_session
 from triggerer.service.cli.verbs import verb
@@ -45,6 +46,7 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     emit.add_argument("--partition-key")
     emit.add_argument("--api", metavar="URL", help="post to the REST API at URL instead")
     emit.add_argument("--token", help=f"bearer token for --api (default: ${TOKEN_ENV})")
+    api_client.add_tls_options(emit)
     verb(
         events,
         "dead-letters",
@@ -80,6 +82,7 @@ async def _emit(settings: Settings, arguments: argparse.Namespace) -> int:
         raise CliError(f"--extra must be a JSON object, got {arguments.extra!r}")
     if arguments.api is not None:
         return await _emit_over_api(arguments)
+    api_client.refuse_without_api(arguments)
     from triggerer.listeners import listener_manager
     from triggerer.service import actions
     from triggerer.service.events import notify_recorded
@@ -113,6 +116,7 @@ async def _emit_over_api(arguments: argparse.Namespace) -> int:
 
     quiet_client_logs()
     base = _api_base(arguments.api)
+    verify = api_client.verify(arguments, base)
     token = arguments.token or os.environ.get(TOKEN_ENV)
     body = {
         "uri": arguments.uri,
@@ -120,16 +124,14 @@ async def _emit_over_api(arguments: argparse.Namespace) -> int:
         "partition_key": arguments.partition_key,
     }
     try:
-        async with httpx.AsyncClient(timeout=30) as client:
+        async with httpx.AsyncClient(timeout=30, verify=verify) as client:
             response = await client.post(
                 f"{base}/api/v1/assets/events",
                 json=body,
                 headers={"Authorization": f"Bearer {token}"} if token else {},
             )
     except httpx.HTTPError as error:
-        raise CliError(
-            f"cannot reach the API at {base}: {str(error) or type(error).__name__}"
-        ) from None
+        raise api_client.unreachable(error, base, arguments) from None
     if response.status_code != httpx.codes.CREATED:
         raise CliError(
             f"the API at {base} refused the event ({response.status_code}): {_detail(response)}"

@@ -195,6 +195,16 @@ Every template that depends on them includes this.
 {{- fail "ingress.enabled needs ingress.hosts: [{host: triggerer.example.com, paths: [{path: /, pathType: Prefix}]}]" }}
 {{- end }}
 {{- end }}
+{{- $tls := .Values.api.tls }}
+{{- if and $tls.enabled (not $tls.secretName) }}
+{{- fail "api.tls.enabled needs api.tls.secretName: a Secret of type kubernetes.io/tls holding tls.crt and tls.key (e.g. made by a cert-manager Certificate)" }}
+{{- end }}
+{{- if and $tls.clientCA.secretName (not $tls.enabled) }}
+{{- fail "api.tls.clientCA (mutual TLS) needs HTTPS: set api.tls.enabled and api.tls.secretName too" }}
+{{- end }}
+{{- if and $tls.enabled $tls.clientCA.secretName (not $tls.clientCA.probeSecretName) }}
+{{- fail "api.tls.clientCA needs api.tls.clientCA.probeSecretName: with mutual TLS the probes present a client certificate, a kubernetes.io/tls Secret signed by the client CA" }}
+{{- end }}
 {{- if and (eq $db.type "sqlite") (or $db.url $db.existingSecret) }}
 {{- fail "database.url and database.existingSecret are for PostgreSQL: set database.type: postgresql (SQLite's file is database.sqlitePath)" }}
 {{- end }}
@@ -268,6 +278,13 @@ the chart decides itself set over it. Each section's plain keys, then its tables
 {{- $api := default (dict) $settings.api }}
 {{- $_ := set $api "host" "0.0.0.0" }}
 {{- $_ := set $api "port" .Values.api.port }}
+{{- if include "triggerer.tls" . }}
+{{- $_ := set $api "tls_certfile" (printf "%s/tls.crt" (include "triggerer.tlsDir" .)) }}
+{{- $_ := set $api "tls_keyfile" (printf "%s/tls.key" (include "triggerer.tlsDir" .)) }}
+{{- if include "triggerer.mutualTls" . }}
+{{- $_ := set $api "tls_client_ca" (printf "%s/client-ca.crt" (include "triggerer.tlsDir" .)) }}
+{{- end }}
+{{- end }}
 {{- $_ := set $settings "api" $api }}
 {{- $spark := dict "mode" .Values.spark.mode "master" (include "triggerer.sparkMaster" .) "logs_dir" "/var/lib/triggerer/logs" }}
 {{- $remote := include "triggerer.sparkRemote" . }}
@@ -358,7 +375,112 @@ the chart decides itself set over it. Each section's plain keys, then its tables
   mountPath: /var/lib/triggerer
 - name: tmp
   mountPath: /tmp
+{{- if include "triggerer.tls" . }}
+- name: tls
+  mountPath: {{ include "triggerer.tlsDir" . }}
+  readOnly: true
+{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the API serves HTTPS (api.tls), and whether mutual TLS (api.tls.clientCA). */}}
+{{- define "triggerer.tls" -}}
+{{- if .Values.api.tls.enabled }}true{{ end }}
+{{- end }}
+
+{{- define "triggerer.mutualTls" -}}
+{{- if and .Values.api.tls.enabled .Values.api.tls.clientCA.secretName }}true{{ end }}
+{{- end }}
+
+{{/* Where the pod's TLS files are: tls.crt and tls.key; client-ca.crt, probe.crt and probe.key with mutual TLS. */}}
+{{- define "triggerer.tlsDir" -}}
+/etc/triggerer-tls
+{{- end }}
+
+{{/*
+The TLS files of the pod, from their Secrets, in one folder: the server's certificate and key;
+with mutual TLS the client CA and the probes' client certificate and key.
+*/}}
+{{- define "triggerer.tlsVolume" -}}
+- name: tls
+  projected:
+    sources:
+      - secret:
+          name: {{ .Values.api.tls.secretName | quote }}
+          items:
+            - key: tls.crt
+              path: tls.crt
+            - key: tls.key
+              path: tls.key
+      {{- if include "triggerer.mutualTls" . }}
+      {{- with .Values.api.tls.clientCA }}
+      - secret:
+          name: {{ .secretName | quote }}
+          items:
+            - key: {{ .key | quote }}
+              path: client-ca.crt
+      - secret:
+          name: {{ .probeSecretName | quote }}
+          items:
+            - key: tls.crt
+              path: probe.crt
+            - key: tls.key
+              path: probe.key
+      {{- end }}
+      {{- end }}
+{{- end }}
+
+{{/*
+A probe run in the container: a GET of the pod's own API at .path (with the first token of
+TRIGGERER_API__TOKENS when .token), failing on an error or a status of 400 or more. With TLS it
+connects without verifying the certificate: the API is its own pod's, on loopback, where no
+other pod listens, and the certificate names the Service, not 127.0.0.1. With mutual TLS it
+presents the probes' client certificate.
+*/}}
+{{- define "triggerer.probeCommand" -}}
+{{- $root := .root }}
+{{- $tls := include "triggerer.tls" $root }}
+- python3
+- -c
+- |
+  import json, os, ssl, urllib.request
+  headers = {}
+  {{- if .token }}
+  tokens = os.environ["TRIGGERER_API__TOKENS"].strip()
+  token = json.loads(tokens)[0] if tokens.startswith("[") else tokens.split(",")[0].strip()
+  headers["Authorization"] = "Bearer " + token
+  {{- end }}
+  {{- if $tls }}
+  context = ssl.create_default_context()
+  context.check_hostname = False
+  context.verify_mode = ssl.CERT_NONE
+  {{- if include "triggerer.mutualTls" $root }}
+  context.load_cert_chain("{{ include "triggerer.tlsDir" $root }}/probe.crt", "{{ include "triggerer.tlsDir" $root }}/probe.key")
+  {{- end }}
+  {{- else }}
+  context = None
+  {{- end }}
+  request = urllib.request.Request(
+      "{{ ternary "https" "http" (not (empty $tls)) }}://127.0.0.1:{{ $root.Values.api.port }}{{ .path }}",
+      headers=headers,
+  )
+  urllib.request.urlopen(request, timeout={{ .timeoutSeconds }}, context=context)
+{{- end }}
+
+{{/* The liveness and start-up probes' action: GET /api/v1/healthz (open, no token). */}}
+{{- define "triggerer.openProbe" -}}
+{{- if include "triggerer.mutualTls" .root }}
+exec:
+  command:
+    {{- include "triggerer.probeCommand" (dict "root" .root "path" "/api/v1/healthz" "token" false "timeoutSeconds" .timeoutSeconds) | trim | nindent 4 }}
+{{- else }}
+httpGet:
+  path: /api/v1/healthz
+  port: http
+  {{- if include "triggerer.tls" .root }}
+  scheme: HTTPS
+  {{- end }}
 {{- end }}
 {{- end }}

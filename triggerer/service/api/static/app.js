@@ -91,6 +91,7 @@ const state = {
   importErrors: "", // what the broken-files banner shows: redrawn only when it changes
   busy: false,
   waitingForToken: false, // the token dialog is open: no poll until it is answered
+  me: null, // GET /whoami: the principal of the token, its role and permissions (read once a token)
   elements: [], // what is drawn (elementsOf), the text layer's source too
   drawn: false, // the elements are drawn on the graph
   userMoved: false, // the user zoomed or panned: a redraw keeps their viewport
@@ -101,9 +102,10 @@ const state = {
   window: "hour", // of the Activity page's charts
   runsFilter: { pipeline: "", state: "", since_s: 86400 },
 };
-// For the browser tests and the benchmark: the graph and when it was first drawn, the charts.
+// For the browser tests and the benchmark: the graph and when it was first drawn, the charts;
+// the glob matching of an emitter's assets, checked against the API's.
 const charts = new Map(); // chart key -> its uPlot
-window.triggerer = { cy: null, renderMs: null, drawnMs: null, polls: 0, charts };
+window.triggerer = { cy: null, renderMs: null, drawnMs: null, polls: 0, charts, globMatches };
 
 // ---------------------------------------------------------------- API and token
 
@@ -122,7 +124,7 @@ async function api(path, { method = "GET", body, onResponse } = {}) {
   if (response.status === 401) {
     sessionStorage.removeItem(TOKEN_KEY);
     askToken(token
-      ? "That token was refused (401): it is not one of the tokens in [api] tokens of this daemon's config."
+      ? "That token was refused (401): it is not one of [api] tokens, nor the token of an [[api.principals]] entry, of this daemon's config."
       : "");
     throw new Unauthorized("the API wants a (valid) bearer token");
   }
@@ -167,6 +169,7 @@ async function activity(path) {
 
 function askToken(message = "") {
   state.waitingForToken = true;
+  state.me = null;
   $("#token-error").textContent = message;
   const dialog = $("#token-dialog");
   if (!dialog.open) dialog.showModal();
@@ -175,8 +178,60 @@ function askToken(message = "") {
 function setToken(token) {
   sessionStorage.setItem(TOKEN_KEY, token);
   state.waitingForToken = false;
+  state.me = null;
   $("#token-dialog").close();
   refresh();
+}
+
+// Who the token is (GET /whoami): its principal and role in the header, and what it may do, so
+// that a button its role may not use is not shown (the API would answer 403).
+function showWhoami(me) {
+  state.me = me;
+  const globs = me.assets ? ` (assets ${me.assets.join(", ")})` : "";
+  const whoami = $("#whoami");
+  whoami.textContent = `${me.name} · ${me.role}`;
+  whoami.title = `${me.name} may: ${me.permissions.join(", ")}${globs}`;
+  whoami.dataset.role = me.role;
+}
+
+const may = (permission) => Boolean(state.me?.permissions.includes(permission));
+
+// Whether events of the asset may be created: an emitter's only on the assets one of its globs
+// matches by name or URI.
+function mayEmitTo(asset) {
+  if (!may("emit")) return false;
+  const globs = state.me.assets;
+  return !globs || globs.some((glob) => globMatches(glob, asset.name) || globMatches(glob, asset.uri));
+}
+
+// An emitter's glob as the API matches it (Python's fnmatch.fnmatchcase): the whole text,
+// case-sensitive; * any characters (/ too), ? one, [a-c] and [!a-c] a class; any other
+// character itself, an unclosed [ too.
+function globMatches(glob, text) {
+  let pattern = "";
+  for (let i = 0; i < glob.length; i += 1) {
+    const c = glob[i];
+    let end = i + 1;
+    if (c === "[") {
+      if (glob[end] === "!") end += 1;
+      if (glob[end] === "]") end += 1;
+      while (end < glob.length && glob[end] !== "]") end += 1;
+    }
+    if (c === "*") {
+      pattern += "[\\s\\S]*";
+    } else if (c === "?") {
+      pattern += "[\\s\\S]";
+    } else if (c === "[" && end < glob.length) {
+      let members = glob.slice(i + 1, end);
+      const negated = members.startsWith("!");
+      if (negated) members = members.slice(1);
+      pattern += `[${negated ? "^" : ""}${members.replace(/[\\\]\[^]/g, "\\$&")}]`;
+      i = end;
+    } else {
+      pattern += c.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+    }
+  }
+  return new RegExp(`^(?:${pattern})$`, "u").test(text);
 }
 
 // ---------------------------------------------------------------- small helpers
@@ -262,8 +317,10 @@ const breakable = (runId) => raw(escape(runId).replace(/__|\d(?=T\d)/g, "$&<wbr>
 const json = (value) => JSON.stringify(value, null, 2);
 const badge = (text) => raw(html`<span class="state ${text}">${text}</span>`);
 
-// A run's button: cancel one that runs or waits to, run a finished one again.
+// A run's button: cancel one that runs or waits to, run a finished one again (for a role that
+// may operate).
 function runControl(run) {
+  if (!may("operate")) return "";
   if (CANCELLABLE.has(run.state)) return raw(html`<button data-cancel-run="${run.run_id}">Cancel</button>`);
   if (FINISHED.has(run.state)) return raw(html`<button data-rerun-run="${run.run_id}">Re-run</button>`);
   return "";
@@ -785,7 +842,7 @@ async function refresh() {
   try {
     // The assets (their groups) are read with the first poll, and again when the lineage's
     // structure changes; inside the Promise.all, so that a 401 rejects it once, handled.
-    const [lineage, watchers, pipelines, runs, events, importErrors, assetsRead] = await Promise.all([
+    const [lineage, watchers, pipelines, runs, events, importErrors, assetsRead, me] = await Promise.all([
       api("/lineage"),
       all("/watchers"),
       all("/pipelines"),
@@ -793,7 +850,9 @@ async function refresh() {
       api(`/assets/events?limit=${PAGE}`),
       all("/importErrors"),
       state.structure ? null : all("/assets"),
+      state.me ? null : api("/whoami"),
     ]);
+    if (me) showWhoami(me);
     showImportErrors(importErrors);
     state.watchers = new Map(watchers.map((w) => [`watcher:${w.asset_id}:${w.watcher}`, w]));
     state.pipelines = new Map(pipelines.map((p) => [p.pipeline_id, p]));
@@ -1118,11 +1177,11 @@ async function assetPanel(id, specs) {
     <dt>producers</dt><dd>${asset.producers.map((p) => raw(html`<a href="#/pipeline/${p}">${p}</a> `))}</dd>
     <dt>consumers</dt><dd>${asset.consumers.map((p) => raw(html`<a href="#/pipeline/${p}">${p}</a> `))}</dd></dl>
     <h3>extra</h3><pre>${json(asset.extra)}</pre>
-    <p><button id="create-event" data-asset-id="${asset.id}" data-asset-name="${asset.name}">Create event…</button></p>
+    ${mayEmitTo(asset) ? raw(html`<p><button id="create-event" data-asset-id="${asset.id}" data-asset-name="${asset.name}">Create event…</button></p>`) : ""}
     <h2>Events per minute</h2>
     ${chartFigure(eventsChart(`asset-${asset.id}`, perMinute, { assets: false, height: 110, legend: false }), specs)}
     <h2>Queued events</h2>
-    ${byPipeline.size ? raw(html`<table><tr><th>pipeline</th><th>queued</th><th></th></tr>${[...byPipeline].map(([p, n]) => raw(html`<tr><td>${p}</td><td>${n}</td><td><button data-delete-queued="${p}" data-asset-id="${asset.id}">delete</button></td></tr>`))}</table>`) : raw('<p class="muted">none</p>')}
+    ${byPipeline.size ? raw(html`<table><tr><th>pipeline</th><th>queued</th><th></th></tr>${[...byPipeline].map(([p, n]) => raw(html`<tr><td>${p}</td><td>${n}</td><td>${may("operate") ? raw(html`<button data-delete-queued="${p}" data-asset-id="${asset.id}">delete</button>`) : ""}</td></tr>`))}</table>`) : raw('<p class="muted">none</p>')}
     <h2>Events</h2>
     <table class="events"><tr><th>id</th><th>when</th><th>source</th><th>extra</th></tr>
     ${events.map((e) => raw(html`<tr data-event-id="${e.id}"><td><a href="#/event/${e.id}">${e.id}</a></td><td>${age(e.timestamp)}</td><td>${e.source}${e.partition_key ? ` · ${e.partition_key}` : ""}</td><td><pre>${json(e.extra)}</pre></td></tr>`))}</table>
@@ -1151,8 +1210,8 @@ async function pipelinePanel(id, specs) {
     <ul class="reasons" id="explain">${explained.reasons.map((r) => raw(html`<li>${r}</li>`))}</ul>
     <ul class="muted operands">${explained.assets.map((a) => raw(html`<li data-operand="${a.name}">${a.name}: ${a.queued_events ? `${a.queued_events} queued since ${new Date(a.queued_since).toLocaleTimeString()}` : "missing"}${operandTimes(a)}</li>`))}</ul>
     ${holdText(pipeline, explained)}
-    <p><button id="toggle-pause" data-pipeline="${pipeline.pipeline_id}" data-paused="${pipeline.paused}">${pipeline.paused ? "Unpause" : "Pause"}</button>
-    <button id="trigger" data-pipeline="${pipeline.pipeline_id}">Trigger…</button></p>
+    ${may("operate") ? raw(html`<p><button id="toggle-pause" data-pipeline="${pipeline.pipeline_id}" data-paused="${pipeline.paused}">${pipeline.paused ? "Unpause" : "Pause"}</button>
+    <button id="trigger" data-pipeline="${pipeline.pipeline_id}">Trigger…</button></p>`) : ""}
     <h2>Runs</h2>
     ${chartFigure(durationsChart(`durations-${pipeline.pipeline_id}`, timeline), specs)}
     <table class="runs"><tr><th>run <span class="muted">(log), start</span></th><th>state</th><th>duration</th><th>events</th></tr>
