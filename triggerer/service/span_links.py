@@ -6,8 +6,8 @@ a message costs ingest when the store is PostgreSQL. An ingest span links every 
 batch, so its links are kept aside instead (:class:`PendingLinks`, by span id, as the span
 ends), and :class:`LinkingSession`, the HTTP session the OTLP exporter sends through (its
 ``session`` argument), writes them into the encoded request: a link is 35 bytes or so of
-``Span.links`` made from the ``traceparent`` text, merged into its span by the protobuf
-runtime. About 0.5 µs a link, in the exporter's thread. Only the links move: the span, its
+``Span.links`` made from the ``traceparent``'s hex digits, merged into its span by the
+protobuf runtime. About 0.6 µs a link, in the exporter's thread. Only the links move: the span, its
 attributes and everything the exporter does (retries, compression, headers) stay the SDK's.
 """
 
@@ -26,38 +26,47 @@ if TYPE_CHECKING:
     from triggerer.service.trace_context import TraceContext
 
 # Span.links is field 13, a Link's trace_id 1, span_id 2, trace_state 3, flags 6 (fixed32);
-# Span.dropped_links_count is field 14 (opentelemetry/proto/trace/v1/trace.proto).
+# Span.dropped_links_count is field 14 (opentelemetry/proto/trace/v1/trace.proto). A link's
+# flags beside the W3C trace flags (the low byte): its remoteness is known (0x100) and it is
+# remote (0x200), as the SDK's encoder sets them for a context read from a message.
 _LINKS_TAG = b"\x6a"
 _TRACE_ID_TAG = b"\x0a\x10"
 _SPAN_ID_TAG = b"\x12\x08"
 _TRACE_STATE_TAG = b"\x1a"
 _FLAGS_TAG = b"\x35"
-_REMOTE_FLAGS = 0x300
-"""A link's flags beside the W3C trace flags: its remoteness is known (0x100) and it is
-remote (0x200), as the SDK's encoder sets them for a context read from a message."""
+_REMOTE = b"\x03\x00\x00"
+"""The flags' three high bytes (little-endian): 0x300."""
 
 
 def encoded_links(contexts: Sequence[TraceContext]) -> bytes:
     """``contexts`` as the bytes of a span's ``links`` field, one link each."""
-    parts = []
+    # A link without a tracestate is 35 bytes: the field's tag and length (0x21), the trace
+    # id's tag and 16 bytes, the span id's tag and 8 bytes, the flags' tag and 4 bytes. Written
+    # as hex from the traceparent's own hex digits, and turned into bytes once for them all.
+    hexes = []
     for context in contexts:
         parent = context.traceparent
-        ids = bytes.fromhex(parent[3:35] + parent[36:52])
-        flags = (int(parent[53:55], 16) | _REMOTE_FLAGS).to_bytes(4, "little")
-        state = context.tracestate
-        link = b"".join(
-            (
-                _TRACE_ID_TAG,
-                ids[:16],
-                _SPAN_ID_TAG,
-                ids[16:],
-                _field(_TRACE_STATE_TAG, state.encode()) if state else b"",
-                _FLAGS_TAG,
-                flags,
-            )
+        if context.tracestate:
+            hexes.append(_link_with_state(parent, context.tracestate).hex())
+        else:
+            hexes.append(f"6a210a10{parent[3:35]}1208{parent[36:52]}35{parent[53:55]}030000")
+    return bytes.fromhex("".join(hexes))
+
+
+def _link_with_state(parent: str, state: str) -> bytes:
+    link = b"".join(
+        (
+            _TRACE_ID_TAG,
+            bytes.fromhex(parent[3:35]),
+            _SPAN_ID_TAG,
+            bytes.fromhex(parent[36:52]),
+            _field(_TRACE_STATE_TAG, state.encode()),
+            _FLAGS_TAG,
+            bytes.fromhex(parent[53:55]),
+            _REMOTE,
         )
-        parts.append(_field(_LINKS_TAG, link))
-    return b"".join(parts)
+    )
+    return _field(_LINKS_TAG, link)
 
 
 def _field(tag: bytes, value: bytes) -> bytes:
