@@ -163,7 +163,7 @@ BENCH = Bench(
         "cpu_per_event_postgresql": part_cpu_per_event_postgresql,
         "cpu_per_event_sqlite": part_cpu_per_event_sqlite,
     },
-    full={"tracing_messages": 50_000, "rounds": 3},
+    full={"tracing_messages": 50_000, "rounds": 5},
     quick={"tracing_messages": 10_000, "rounds": 2},
     goals=GOALS,
     options=options,
