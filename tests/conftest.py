@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.fixtures.redis",
     "tests.fixtures.rabbitmq",
     "tests.fixtures.airflow",
+    "tests.fixtures.otlp",
     "tests.fixtures.schema_registry",
     # Last: it imports the modules above, which pytest must load first (to rewrite asserts).
     "tests.fixtures.services",

@@ -120,3 +120,7 @@ class RunContext:
     partition_key: str | None = None
     logical_date: datetime | None = None
     try_number: int = 1
+    trace_context: str | None = None
+    """The W3C ``traceparent`` of the run's span when the daemon traces (``[tracing]``), for
+    the pipeline's own spans to start under (also in the ``TRACEPARENT`` environment
+    variable); None when it does not."""

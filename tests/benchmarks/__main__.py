@@ -20,6 +20,7 @@ BENCHMARKS = (
     "bench_provider_latency",
     "bench_spark",
     "bench_ingest",
+    "bench_tracing",
     "bench_retention",
     "bench_large_store",
     "bench_idle",

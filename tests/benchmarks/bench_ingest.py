@@ -146,12 +146,16 @@ async def daemon_throughput(
     *,
     topic: str | None = None,
     options: str = GROUP_OPTIONS,
+    **sections: dict[str, Any],
 ) -> dict[str, Any]:
+    """The daemon's ingest of ``count`` messages of ``topic`` (default ``args.topic``) into a
+    new database, with ``sections`` of settings merged into the benchmark's
+    (``tracing={...}``)."""
     write_pipelines(
         workdir / "pipelines",
         PIPELINES.format(bootstrap=args.bootstrap, topic=topic or args.topic, options=options),
     )
-    settings = daemon_settings(workdir, database_url)
+    settings = daemon_settings(workdir, database_url, **sections)
     passes_before, _ = histogram(metrics.SCHEDULER_PASS)
     with StoreWatch() as watch:
         log = IngestLog(watch)

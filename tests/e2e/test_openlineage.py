@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +20,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from tests.e2e.daemon import Deployment, runs, sqlite_url
+from tests.fixtures.http_server import serving
 from triggerer.service.runs.openlineage import run_uuid
 
 if TYPE_CHECKING:
@@ -98,14 +98,8 @@ class Receiver:
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     receiver = Receiver()
-    thread = threading.Thread(target=receiver.server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(receiver.server):
         yield receiver
-    finally:
-        receiver.server.shutdown()
-        receiver.server.server_close()
-        thread.join(10)
 
 
 def closed_port() -> int:

@@ -527,6 +527,32 @@ def _needs(info: ValidationInfo, transport: OpenLineageTransport) -> bool:
     return bool(info.data.get("enabled")) and info.data.get("transport") == transport
 
 
+class TracingSettings(_Section):
+    """OpenTelemetry spans the daemon exports (docs/tracing.md): off with ``exporter = "none"``;
+    ``"otlp"`` sends them over OTLP/HTTP (protobuf) to ``endpoint``."""
+
+    exporter: Literal["none", "otlp"] = "none"
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    service_name: str = Field(default="triggerer", min_length=1)
+    headers: dict[str, str] = {}
+    timeout_s: float = Field(default=10.0, gt=0, le=DAY_S)
+    export_delay_s: float = Field(default=5.0, gt=0, le=DAY_S)
+    max_queued_spans: int = Field(default=2048, ge=1)
+    max_links: int = Field(default=1000, ge=1)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, endpoint: str) -> str:
+        parsed = urlsplit(endpoint)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise PydanticCustomError(
+                "tracing_endpoint",
+                "must be the http(s) URL of an OTLP/HTTP traces endpoint, e.g. "
+                "http://127.0.0.1:4318/v1/traces",
+            )
+        return endpoint
+
+
 class Settings(BaseSettings):
     """All settings; see ``config/triggerer.toml`` for what each key does."""
 
@@ -544,6 +570,7 @@ class Settings(BaseSettings):
     logging: LoggingSettings = LoggingSettings()
     listeners: ListenersSettings = ListenersSettings()
     openlineage: OpenLineageSettings = OpenLineageSettings()
+    tracing: TracingSettings = TracingSettings()
     connections: dict[str, dict[str, Any]] = {}
 
     @classmethod
@@ -610,7 +637,11 @@ def _describe(error: pydantic.ValidationError, config_file: str | None) -> str:
         if problem["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown setting (from the file or {env})")
         # Never show a password, a token or a key.
-        elif principal or key in ("database.url", "api.tokens", "openlineage.api_key"):
+        elif (
+            principal
+            or key in ("database.url", "api.tokens", "openlineage.api_key")
+            or key.startswith("tracing.headers")
+        ):
             lines.append(f"  {key}: {problem['msg']} (or set {env})")
         else:
             lines.append(f"  {key} = {problem['input']!r}: {problem['msg']} (or set {env})")

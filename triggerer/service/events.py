@@ -56,15 +56,18 @@ _QUEUE: Table = QueuedEvent.__table__  # type: ignore[assignment]
 _PG_INSERT_EVENTS = text(
     """
     INSERT INTO asset_event (asset_id, extra, source, dedup_key, partition_key,
-                             source_trigger_id, source_run_pk, timestamp)
+                             source_trigger_id, source_run_pk, traceparent, tracestate,
+                             timestamp)
     SELECT asset_id, CAST(extra AS jsonb), source, dedup_key, partition_key,
-           source_trigger_id, source_run_pk, CAST(:now AS timestamptz)
+           source_trigger_id, source_run_pk, traceparent, tracestate,
+           CAST(:now AS timestamptz)
     FROM unnest(CAST(:asset_ids AS integer[]), CAST(:extras AS text[]),
                 CAST(:sources AS text[]), CAST(:dedup_keys AS text[]),
                 CAST(:partition_keys AS text[]), CAST(:trigger_ids AS integer[]),
-                CAST(:run_pks AS bigint[])) WITH ORDINALITY
+                CAST(:run_pks AS bigint[]), CAST(:traceparents AS text[]),
+                CAST(:tracestates AS text[])) WITH ORDINALITY
          AS new (asset_id, extra, source, dedup_key, partition_key,
-                 source_trigger_id, source_run_pk, position)
+                 source_trigger_id, source_run_pk, traceparent, tracestate, position)
     ORDER BY position
     ON CONFLICT DO NOTHING
     RETURNING id, asset_id, dedup_key
@@ -92,6 +95,9 @@ class NewEvent:
     partition_key: str | None = None
     source_trigger_id: int | None = None
     source_run_pk: int | None = None
+    traceparent: str | None = None
+    """The W3C trace context it carries (:mod:`triggerer.service.trace_context`), checked."""
+    tracestate: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -161,6 +167,8 @@ async def _insert_events(
                 "partition_keys": [e.partition_key for e in new_events],
                 "trigger_ids": [e.source_trigger_id for e in new_events],
                 "run_pks": [e.source_run_pk for e in new_events],
+                "traceparents": [e.traceparent for e in new_events],
+                "tracestates": [e.tracestate for e in new_events],
             },
         )
     else:
@@ -173,6 +181,8 @@ async def _insert_events(
                 "partition_key": e.partition_key,
                 "source_trigger_id": e.source_trigger_id,
                 "source_run_pk": e.source_run_pk,
+                "traceparent": e.traceparent,
+                "tracestate": e.tracestate,
                 "timestamp": now,
             }
             for e in new_events

@@ -37,7 +37,7 @@ from triggerer.service.runs import stored_logs as run_logs
 from triggerer.service.store import create_engine, head_revision, session_factory, upgrade
 from triggerer.service.store.keys import asset_identity_key, trigger_key
 from triggerer.service.store.migrate import MIGRATIONS_DIR, VERSION_TABLE, alembic_config
-from triggerer.service.store.models import Trigger
+from triggerer.service.store.models import AssetEvent, Trigger
 from triggerer.triggers import load_trigger
 
 pytestmark = pytest.mark.slow  # every migration, both stores: minutes (make test-slow)
@@ -53,6 +53,7 @@ REVISIONS = tuple(revision.revision for revision in _chain())
 TRIGGERER_BIN = Path(sys.executable).with_name("triggerer")
 T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.UTC)
 KAFKA = "watchers.kafka.KafkaTrigger"
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 SQS = "watchers.sqs.SqsTrigger"
 REDIS_MOVED = {
     "watchers.redis_streams.RedisStreamTrigger": "watchers.redis.RedisStreamTrigger",
@@ -709,12 +710,21 @@ async def _assert_the_daemon_reads_and_records(url: str, start: str) -> None:
                 redelivered,
                 extra=_kafka_extra(0, 44, 1_764_000_100_000),
                 dedup_key="orders/0/44@1764000100000",
+                traceparent=TRACEPARENT,
+                tracestate="rojo=1",
             )
             recorded = await record_events(session, [redelivered, new])
             # A message stored before the upgrade, delivered again after it, is absorbed.
             assert recorded.duplicates == 1
             assert [event.dedup_key for event in recorded.events] == [new.dedup_key]
             assert recorded.queued_pipelines == {"count_orders"}
+
+        # 0021: the events from before have no trace context; a new one keeps its own.
+        async with session_factory(engine)() as session:
+            contexts = await session.execute(
+                select(AssetEvent.traceparent, AssetEvent.tracestate).order_by(AssetEvent.id)
+            )
+            assert contexts.all() == [(None, None)] * len(EVENTS) + [(TRACEPARENT, "rojo=1")]
     finally:
         await engine.dispose()
 

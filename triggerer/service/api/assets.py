@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, status
+from fastapi import APIRouter, Depends, Query, Request, status
 
 from triggerer.service import actions, replay
 from triggerer.service.api.context import Caller, Context, requires
@@ -27,6 +27,7 @@ from triggerer.service.principals import Permission
 from triggerer.service.reads import queries
 from triggerer.service.reads.views import AliasRow, AssetRow, EventRow, QueuedEventRow
 from triggerer.service.store.states import EventSource
+from triggerer.service.trace_context import of_http_headers
 
 router = APIRouter(
     prefix="/assets",
@@ -79,12 +80,16 @@ async def list_events(
     responses={**NOT_FOUND, **FORBIDDEN},
     dependencies=[Depends(requires(Permission.EMIT))],
 )
-async def create_event(context: Context, caller: Caller, new: NewAssetEvent) -> CreatedEvent:
+async def create_event(
+    context: Context, caller: Caller, new: NewAssetEvent, request: Request
+) -> CreatedEvent:
     """Create an event (``extra`` gains ``"from_rest_api": true``) and queue it for the
     pipelines scheduled on its asset; the scheduler looks at them at once. A partition key the
     partition mapper of a consumer cannot map is refused. An emitter may create events only
-    of the assets its globs match (403 for the others)."""
-    return await context.new_events.create(new, caller)
+    of the assets its globs match (403 for the others). A W3C ``traceparent`` header (and
+    ``tracestate``) is kept with the event; an invalid one is ignored."""
+    trace = of_http_headers(request.scope["headers"])
+    return await context.new_events.create(new, caller, trace)
 
 
 @router.get("/{asset_id}", responses=NOT_FOUND)

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from triggerer.service.api.context import ApiContext, bearer_of
 from triggerer.service.api.schemas import NewAssetEvent
 from triggerer.service.principals import Permission
+from triggerer.service.trace_context import of_http_headers
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -70,7 +71,8 @@ class EventPosts:
             await self._app(scope, _replaying(body, more, receive), send)
             return
         try:
-            created = await self._context.new_events.create(new, caller)
+            trace = of_http_headers(scope["headers"])
+            created = await self._context.new_events.create(new, caller, trace)
         except Exception as error:
             handler = self._handler(scope, error)
             if handler is None:

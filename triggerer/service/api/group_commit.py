@@ -36,6 +36,7 @@ from triggerer.service.store.states import EventSource
 if TYPE_CHECKING:
     from triggerer.service.principals import Principal
     from triggerer.service.scheduling.registry import Registry
+    from triggerer.service.trace_context import TraceContext
 
 MAX_BATCH = 500
 """Events per transaction at most; more waiting go in the next one."""
@@ -48,6 +49,7 @@ class _Post:
     event: NewAssetEvent
     caller: Principal
     answer: asyncio.Future[CreatedEvent]
+    trace: TraceContext | None = None
 
 
 class _Unmappable(Exception):  # not an error: rolls the transaction back
@@ -73,12 +75,15 @@ class GroupCommit:
         self._writer: asyncio.Task[None] | None = None
         self._posted = asyncio.Event()
 
-    async def create(self, event: NewAssetEvent, caller: Principal) -> CreatedEvent:
-        """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``) and
-        queued for the pipelines scheduled on its asset, if ``caller`` may emit to it
-        (else :class:`Forbidden`); the audit log names ``caller``."""
+    async def create(
+        self, event: NewAssetEvent, caller: Principal, trace: TraceContext | None = None
+    ) -> CreatedEvent:
+        """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``), with
+        the trace context of its request, and queued for the pipelines scheduled on its
+        asset, if ``caller`` may emit to it (else :class:`Forbidden`); the audit log names
+        ``caller``."""
         loop = asyncio.get_running_loop()
-        post = _Post(event, caller, loop.create_future())
+        post = _Post(event, caller, loop.create_future(), trace)
         self._waiting.append(post)
         self._posted.set()
         if self._writer is None:
@@ -165,6 +170,10 @@ class GroupCommit:
                     source=EventSource.REST_API,
                     partition_key=post.event.partition_key,
                 )
+                if post.trace is not None:
+                    new = dataclasses.replace(
+                        new, traceparent=post.trace.traceparent, tracestate=post.trace.tracestate
+                    )
             except (NotFound, Forbidden, Refused) as error:
                 refused.append((post, error))
                 continue

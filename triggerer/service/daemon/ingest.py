@@ -28,10 +28,13 @@ from triggerer.service.store.outages import until_stored
 from triggerer.service.store.source_checkpoints import furthest, record_checkpoints
 from triggerer.service.store.states import EventSource
 from triggerer.service.store.types import utcnow
+from triggerer.service.trace_context import TraceContext, carried
+from triggerer.service.tracing import now_ns
 from triggerer.triggers import TriggerEvent
 
 if TYPE_CHECKING:
     from triggerer.part_leases import Fence
+    from triggerer.service.tracing import Tracing
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +78,10 @@ class Ingest:
     it (:func:`triggerer.service.daemon.part_leases.lost_fences`): when the part was taken over
     or given up meanwhile, the batch is written again without the events of that part, nor
     their positions, and the part's new holder reads them again from its stored position.
+
+    Each event keeps the trace context its message carried
+    (:func:`triggerer.service.trace_context.carried`); with ``tracing``, each batch acked is
+    a span linked to those contexts.
     """
 
     def __init__(
@@ -86,9 +93,11 @@ class Ingest:
         commits_in_flight: int = 1,
         on_stored: Callable[[list[int]], None] = lambda trigger_ids: None,
         owner: str = "",
+        tracing: Tracing | None = None,
     ) -> None:
         self._sessions = sessions
         self._owner = owner
+        self._tracing = tracing
         self._on_recorded = on_recorded
         #: Told the trigger id of each delivery once its batch is stored (backpressure).
         self._on_stored = on_stored
@@ -125,6 +134,7 @@ class Ingest:
         self, batch: list[Delivery], earlier: dict[str, _Commit], commit: _Commit
     ) -> None:
         # Once events are taken off the stream, finish them even during shutdown.
+        started_ns = now_ns() if self._tracing is not None else 0
         with anyio.CancelScope(shield=True):
             try:
                 for before in set(earlier.values()):  # the batches before it of its keys
@@ -134,7 +144,7 @@ class Ingest:
                 }
                 if commit.unstored:
                     log.error("checkpoints_withheld", keys=sorted(commit.unstored))
-                stored = await self._commit_fenced(batch, withheld=commit.unstored)
+                stored, traced = await self._commit_fenced(batch, withheld=commit.unstored)
                 commit.succeeded = True
                 self._on_stored(
                     [w.trigger_id for w, event in batch if not event.is_checkpoint_only]
@@ -147,14 +157,28 @@ class Ingest:
                         del self._committed[key]
             try:
                 await _ack(stored)
+                if self._tracing is not None and traced is not None:
+                    self._trace(stored, traced, started_ns)
             finally:
                 self._commit_slots.release()
 
-    async def _commit_fenced(self, batch: list[Delivery], *, withheld: set[str]) -> list[Delivery]:
-        """Store ``batch`` but the events of the parts whose lease was lost; what was stored."""
+    def _trace(self, batch: list[Delivery], contexts: list[TraceContext], started_ns: int) -> None:
+        """The span of ``batch``, committed and acked, linked to the ``contexts`` its messages
+        carried."""
+        assert self._tracing is not None  # noqa: S101 - called only when tracing
+        messages = [(watched, event) for watched, event in batch if not event.is_checkpoint_only]
+        if messages:  # checkpoints alone are no batch of messages
+            triggers = {watched.trigger_id: watched.trigger for watched, _ in messages}
+            self._tracing.batch_ingested(triggers, len(messages), contexts, started_ns)
+
+    async def _commit_fenced(
+        self, batch: list[Delivery], *, withheld: set[str]
+    ) -> tuple[list[Delivery], list[TraceContext] | None]:
+        """Store ``batch`` but the events of the parts whose lease was lost; what was stored,
+        and the trace contexts its messages carried (when tracing)."""
         while True:
             try:
-                await self._commit(batch, withheld=withheld)
+                traced = await self._commit(batch, withheld=withheld)
             except _Fenced as fenced:
                 batch = [delivery for delivery in batch if delivery[1].fence not in fenced.lost]
                 log.warning(
@@ -163,20 +187,26 @@ class Ingest:
                     remaining=len(batch),
                 )
             else:
-                return batch
+                return batch, traced
 
-    async def _commit(self, batch: list[Delivery], *, withheld: set[str]) -> None:
+    async def _commit(
+        self, batch: list[Delivery], *, withheld: set[str]
+    ) -> list[TraceContext] | None:
         """Store ``batch``: its events, dead letters and positions, but none of the positions
         of the keys ``withheld``; raise :class:`_Fenced` (having stored nothing, or only parts
         that a next try absorbs) when the lease of a part some of its events were read from is
-        lost."""
+        lost. Returns the trace contexts its messages carried, when tracing."""
         fences = frozenset(event.fence for _, event in batch if event.fence)
         started = anyio.current_time()
         storable: list[NewEvent] = []
         letters: list[Unstorable] = []
+        traced: list[TraceContext] | None = [] if self._tracing is not None else None
         for watched, event in batch:
             if event.is_checkpoint_only:
                 continue
+            trace = carried(event.payload)
+            if trace is not None and traced is not None:
+                traced.append(trace)
             for asset_id in watched.asset_ids:
                 new_event = NewEvent(
                     asset_id=asset_id,
@@ -185,6 +215,8 @@ class Ingest:
                     dedup_key=event.dedup_key,
                     partition_key=event.partition_key,
                     source_trigger_id=watched.trigger_id,
+                    traceparent=trace.traceparent if trace is not None else None,
+                    tracestate=trace.tracestate if trace is not None else None,
                 )
                 reason = event.dead_letter or unstorable(new_event)
                 if reason is None:
@@ -223,6 +255,7 @@ class Ingest:
                     part, stored, {watched.trigger_id: watched for watched, _ in batch}
                 )
             self._on_recorded(part)
+        return traced
 
     async def _record_positions(
         self, write: _Also, positions: dict[str, str], fences: frozenset[Fence]

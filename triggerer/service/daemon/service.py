@@ -59,6 +59,7 @@ from triggerer.service.store.migrate import NewerSchema
 from triggerer.service.store.outages import keep_running, until_stored
 from triggerer.service.store.states import RunState
 from triggerer.service.store.types import utcnow
+from triggerer.service.tracing import start as start_tracing
 from watchers import providers
 
 SYNC_ATTEMPTS = 5
@@ -105,6 +106,8 @@ class Service:
         self.scheduler = Scheduler(sessions, lambda: self.registry, self._run_created)
         # Watchers whose pipelines' backlogs are full stop fetching ([runs] max_backlog).
         self.backpressure = Backpressure(sessions, settings.runs.max_backlog)
+        # Spans of ingest and runs ([tracing]; None when off: nothing of it on the hot paths).
+        self.tracing = start_tracing(settings.tracing, self.instance_id)
         self.ingest = Ingest(
             sessions,
             self.events_recorded,
@@ -112,6 +115,7 @@ class Service:
             commits_in_flight=_commits_in_flight(settings.database.url),
             on_stored=self.backpressure.committed,
             owner=self.instance_id,
+            tracing=self.tracing,
         )
         # Local mode: one warm Spark Connect server, which every run uses.
         self.spark_server = (
@@ -133,6 +137,7 @@ class Service:
             on_definitions=self.definitions_changed,
             spark_server=self.spark_server,
             lineage=self.lineage,
+            tracing=self.tracing,
         )
         self.notifier = Notifier(
             settings.listeners.plugins,
@@ -375,6 +380,8 @@ async def _serve(
             for shared in service.shared_readers:
                 sharing.enter_context(shared.sharing())
             await _run(service, server, engine, shutdown_trigger, task_status)
+        if service.tracing is not None:
+            await service.tracing.shutdown()  # the last spans sent, the runs' among them
         try:
             await service.leave()
         except STORE_ERRORS as error:

@@ -48,12 +48,15 @@ from triggerer.service.store.failures import STORE_ERRORS, is_outage
 from triggerer.service.store.outages import until_stored
 from triggerer.service.store.states import FINISHED_RUN_STATES, EventSource, RunState
 from triggerer.service.store.types import storable_text, utcnow
+from triggerer.service.trace_context import TraceContext, stored
+from triggerer.service.tracing import Consumed, now_ns
 
 if TYPE_CHECKING:
     from triggerer.pipelines import Pipeline
     from triggerer.service.config import Settings
     from triggerer.service.runs.lineage_emitter import LineageEmitter
     from triggerer.service.runs.spark_server import LocalSparkServer
+    from triggerer.service.tracing import RunSpan, Tracing
 
 log = structlog.get_logger(__name__)
 
@@ -72,6 +75,10 @@ class Launcher:
     slot under ``max_active_runs`` is free), and a successful run's outlets are reported: the
     assets and aliases they created to ``on_definitions``, their events (which wake their
     consumers) to ``on_events``.
+
+    With ``tracing``, each try is a span linked to the trace context of every event it
+    consumed; the run's process gets the span's context (``RunSpec.trace_context``), and so do
+    the outlet events it emits.
     """
 
     def __init__(
@@ -86,8 +93,10 @@ class Launcher:
         on_definitions: Callable[[DefinitionChanges], None],
         spark_server: LocalSparkServer | None = None,
         lineage: LineageEmitter,
+        tracing: Tracing | None = None,
     ) -> None:
         self._sessions = sessions
+        self._tracing = tracing
         self._spark_server = spark_server
         self._run_forks = RunForks(self._run_env, self._modules_ahead)
         self._registry = registry
@@ -219,11 +228,27 @@ class Launcher:
             return bool(claimed.rowcount == 1)  # type: ignore[attr-defined]  # CursorResult
 
     async def _execute(self, run_pk: int) -> None:
+        span: RunSpan | None = None
+        finished: Finished | None = None
         try:
             ended = Ended(interrupted=True)
             log_path: Path | None = None
+            started_ns = now_ns() if self._tracing is not None else 0
             with self._in_progress[run_pk]:
-                run, spec = await until_stored(lambda: self._read(run_pk), during="run start")
+                run, spec, consumed = await until_stored(
+                    lambda: self._read(run_pk), during="run start"
+                )
+                if self._tracing is not None:
+                    span = self._tracing.run_started(
+                        run_id=run.run_id,
+                        pipeline_id=run.pipeline_id,
+                        try_number=run.try_number,
+                        consumed=consumed,
+                        started_ns=started_ns,
+                    )
+                    if spec is not None and span.context is not None:
+                        trace_context = span.context.traceparent
+                        spec = msgspec.structs.replace(spec, trace_context=trace_context)
                 structlog.contextvars.bind_contextvars(run_id=run.run_id)
                 folder = Path(self._settings.spark.logs_dir) / run.pipeline_id / run.run_id
                 log_path = folder / f"try-{run.try_number}.log"
@@ -245,9 +270,10 @@ class Launcher:
                         await shipper.finish()
             # Recorded even when shutdown interrupted the run (it is queued to run again), and
             # however long the store is away: a run is never left running with no process.
+            trace = span.context if span is not None else None
             with anyio.CancelScope(shield=True):
                 finished = await until_stored(
-                    lambda: self._finish(run_pk, ended, log_path), during="run end"
+                    lambda: self._finish(run_pk, ended, log_path, trace), during="run end"
                 )
             if finished is None:
                 return
@@ -261,6 +287,8 @@ class Launcher:
                 self._on_definitions(finished.outlets.changes)
                 self._on_events(finished.outlets.recorded)
         finally:
+            if span is not None:
+                span.end(finished.state if finished is not None else None, ended.error)
             del self._in_progress[run_pk]
             if not self._in_progress:
                 self._idle.set()
@@ -282,14 +310,15 @@ class Launcher:
         except OSError as error:  # its folder or process could not be made
             return Ended(error=f"the run could not start: {error}")
 
-    async def _read(self, run_pk: int) -> tuple[models.Run, RunSpec | None]:
-        """The claimed run, and the spec its child process runs (``None``: no such pipeline)."""
+    async def _read(self, run_pk: int) -> tuple[models.Run, RunSpec | None, list[Consumed]]:
+        """The claimed run, the spec its child process runs (``None``: no such pipeline), and
+        the events it consumes as its span links them."""
         async with self._sessions() as session:
             run = await session.get_one(models.Run, run_pk)
             pipeline = self._registry().pipelines.get(run.pipeline_id)
             if pipeline is None or pipeline.fileloc is None:  # (the registry's have a file)
-                return run, None
-            return run, await self._spec(session, run, pipeline, pipeline.fileloc)
+                return run, None, []
+            return run, *await self._spec(session, run, pipeline, pipeline.fileloc)
 
     async def _run_child(
         self,
@@ -328,7 +357,7 @@ class Launcher:
         if spec.spark.mode == "connect":
             process = await self._run_forks.start_run(spec_path, result_path, log_path)
         else:
-            env = self._run_env()
+            env = self._run_env(spec.trace_context)
             command = run_command(self._settings.spark, spec_path, result_path, env["SPARK_HOME"])
             with log_path.open("ab") as log_file:
                 # A process group of its own: terminate() stops the run's whole process tree.
@@ -353,8 +382,8 @@ class Launcher:
             return Ended(error=f"timed out after {timeout_s:g} s (timeout_s), see {log_path}")
         return await ended(returncode, result_path, str(log_path))
 
-    def _run_env(self) -> dict[str, str]:
-        env = run_env(self._settings.spark)
+    def _run_env(self, trace_context: str | None = None) -> dict[str, str]:
+        env = run_env(self._settings.spark, trace_context)
         if self._spark_server is not None:
             env |= self._spark_server.client_env
         return env
@@ -366,7 +395,7 @@ class Launcher:
 
     async def _spec(
         self, session: AsyncSession, run: models.Run, pipeline: Pipeline, fileloc: str
-    ) -> RunSpec:
+    ) -> tuple[RunSpec, list[Consumed]]:
         producer = aliased(models.Run)
         rows = await session.execute(
             select(models.AssetEvent, models.Asset, producer.run_id)
@@ -376,6 +405,7 @@ class Launcher:
             .where(models.RunEvent.run_pk == run.id)
             .order_by(models.AssetEvent.id)
         )
+        read = rows.all()
         events = [
             SpecEvent(
                 id=event.id,
@@ -386,11 +416,15 @@ class Launcher:
                 partition_key=event.partition_key,
                 source_run_id=source_run_id,
             )
-            for event, asset, source_run_id in rows.all()
+            for event, asset, source_run_id in read
+        ]
+        consumed = [
+            Consumed(event.id, asset.name, stored(event.traceparent, event.tracestate))
+            for event, asset, _ in read
         ]
         # Local mode: the run is a client of the daemon's warm Connect server.
         server = None if self._spark_server is None else await self._spark_server.wait_ready()
-        return run_spec(
+        spec = run_spec(
             pipeline,
             fileloc,
             self._settings.spark,
@@ -401,24 +435,30 @@ class Launcher:
             events=events,
             local_server=server,
         )
+        return spec, consumed
 
-    async def _finish(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished | None:
-        """Record how a try ended (its new state, the pipelines to evaluate again, its outlets);
-        ``None`` when the run is no longer this instance's to record.
+    async def _finish(
+        self, run_pk: int, ended: Ended, log_path: Path | None, trace: TraceContext | None
+    ) -> Finished | None:
+        """Record how a try ended (its new state, the pipelines to evaluate again, its outlets,
+        which carry ``trace``, its span's context); ``None`` when the run is no longer this
+        instance's to record.
 
         A result that cannot be recorded (outlets the store rejects) fails the run with the
         reason instead of failing the daemon.
         """
         try:
-            return await self._record(run_pk, ended, log_path)
+            return await self._record(run_pk, ended, log_path, trace)
         except (*UNRECORDABLE, *STORE_ERRORS) as error:
             if ended.result is None or is_outage(error):
                 raise
             failed = Ended(error=f"its outlet events could not be recorded: {error}")
             log.error("run_outlets_unrecordable", run_pk=run_pk, error=str(error))
-            return await self._record(run_pk, failed, log_path)
+            return await self._record(run_pk, failed, log_path, trace)
 
-    async def _record(self, run_pk: int, ended: Ended, log_path: Path | None) -> Finished | None:
+    async def _record(
+        self, run_pk: int, ended: Ended, log_path: Path | None, trace: TraceContext | None
+    ) -> Finished | None:
         outlets = None
         async with self._sessions.begin() as session:
             run = await session.get_one(models.Run, run_pk, with_for_update=True)
@@ -435,7 +475,7 @@ class Launcher:
                 run.state, run.try_number = RunState.QUEUED, run.try_number - 1
             elif ended.result is not None:
                 run.state = RunState.SUCCESS
-                outlets = await _record_outlets(session, run, ended.result)
+                outlets = await _record_outlets(session, run, ended.result, trace)
             elif run.try_number < run.max_tries:
                 pipeline = self._registry().pipelines.get(run.pipeline_id)
                 delay_s = pipeline.retry_delay_s if pipeline is not None else 10.0
@@ -473,7 +513,7 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 async def _record_outlets(
-    session: AsyncSession, run: models.Run, result: dict[str, Any]
+    session: AsyncSession, run: models.Run, result: dict[str, Any], trace: TraceContext | None
 ) -> Outlets:
     changes = DefinitionChanges()
     events: dict[tuple[int, str], NewEvent] = {}
@@ -482,7 +522,7 @@ async def _record_outlets(
         asset = Asset(outlet["name"], outlet["uri"])
         asset_id = await ensure_asset(session, asset, define=False, changes=changes)
         key = (asset_id, json.dumps(outlet["extra"], sort_keys=True))
-        events[key] = _outlet_event(asset_id, asset.uri, outlet["extra"], run)
+        events[key] = _outlet_event(asset_id, asset.uri, outlet["extra"], run, trace)
     for add in result["alias_adds"]:
         asset = Asset(add["name"], add["uri"])
         asset_id = await ensure_asset(session, asset, define=False, changes=changes)
@@ -490,7 +530,7 @@ async def _record_outlets(
         await session.merge(models.AssetAliasAsset(alias_id=alias_id, asset_id=asset_id))
         # The same asset with the same extra through several aliases is one event.
         key = (asset_id, json.dumps(add["extra"], sort_keys=True))
-        events.setdefault(key, _outlet_event(asset_id, asset.uri, add["extra"], run))
+        events.setdefault(key, _outlet_event(asset_id, asset.uri, add["extra"], run, trace))
         through.setdefault(key, set()).add(alias_id)
     await session.flush()
     recorded = await record_events(session, list(events.values()))
@@ -511,7 +551,9 @@ def _storable(error: str | None) -> str | None:
     return None if error is None else storable_text(error)
 
 
-def _outlet_event(asset_id: int, uri: str, extra: dict[str, Any], run: models.Run) -> NewEvent:
+def _outlet_event(
+    asset_id: int, uri: str, extra: dict[str, Any], run: models.Run, trace: TraceContext | None
+) -> NewEvent:
     event = NewEvent(
         asset_id=asset_id,
         extra=extra,
@@ -520,6 +562,8 @@ def _outlet_event(asset_id: int, uri: str, extra: dict[str, Any], run: models.Ru
         source_run_pk=run.id,
         # One event per asset, extra and run: a recovered run cannot emit twice.
         dedup_key=f"run:{run.run_id}:{json.dumps(extra, sort_keys=True)}"[:1500],
+        # The run's span's context: a downstream run links back to it.
+        traceparent=trace.traceparent if trace is not None else None,
     )
     reason = unstorable(event)
     if reason is not None:

@@ -53,10 +53,13 @@ def run_spec(
     )
 
 
-def run_env(spark: SparkSettings) -> dict[str, str]:
-    """The environment of a run's process on the Spark of ``spark`` (see :func:`spark_env`)."""
+def run_env(spark: SparkSettings, trace_context: str | None = None) -> dict[str, str]:
+    """The environment of a run's process on the Spark of ``spark`` (see :func:`spark_env`),
+    with the run's ``TRACEPARENT`` (see :func:`runner.trace_environment`)."""
     # A run's own JVM (classic, submit) on a local master listens on loopback only.
-    return spark_env(spark.master if spark.mode in ("classic", "submit") else None)
+    env = spark_env(spark.master if spark.mode in ("classic", "submit") else None)
+    runner.trace_environment(env, trace_context)
+    return env
 
 
 def run_command(

@@ -16,7 +16,7 @@ import runpy
 import socket
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,9 @@ from triggerer.pipelines import Metadata, Pipeline
 from triggerer.service.loader import import_pipeline_file
 from triggerer.service.runs.lifeline import die_with_parent
 from triggerer.service.runs.spec import InletAnswer, InletRequest, RunSpec, SpecEvent
+
+TRACEPARENT_VARIABLE = "TRACEPARENT"
+TRACESTATE_VARIABLE = "TRACESTATE"
 
 # With pandas 3, PySpark 4 warns on each session that it "does not yet fully support pandas >=
 # 3.0.0": a FutureWarning no pipeline can act on, printed into every run's log (and the run
@@ -50,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     die_with_parent()
     spec_path, result_path = arguments[:2]
     spec = RunSpec.read(Path(spec_path))
+    # Before the pipeline's file is imported: what it starts (a Spark JVM, a tool) inherits it.
+    trace_environment(os.environ, spec.trace_context)
     pipeline = _find_pipeline(spec.fileloc, spec.pipeline_id)
     context = build_context(spec, pipeline)
     spark = _spark_session(spec, pipeline)
@@ -79,6 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def trace_environment(env: MutableMapping[str, str], trace_context: str | None) -> None:
+    """Set ``TRACEPARENT`` in ``env`` to the run's trace context (a ``TRACESTATE`` inherited
+    goes: it belonged to another), so that a tool that reads them (OpenTelemetry's
+    environment carrier) starts its spans under the run's. Without one, ``env`` is left as
+    it is."""
+    if trace_context is not None:
+        env.pop(TRACESTATE_VARIABLE, None)
+        env[TRACEPARENT_VARIABLE] = trace_context
+
+
 class ClassicSparkNeeded(RuntimeError):
     """A pipeline run on Spark Connect touched the classic-only API."""
 
@@ -97,6 +112,7 @@ def build_context(spec: RunSpec, pipeline: Pipeline) -> RunContext:
         params=spec.params,
         partition_key=spec.partition_key,
         try_number=spec.try_number,
+        trace_context=spec.trace_context,
     )
 
 

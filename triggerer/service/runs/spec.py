@@ -68,6 +68,9 @@ class RunSpec(msgspec.Struct, frozen=True):
     inlets_socket: str | None = None
     """Where the daemon answers for the pipeline's inlet events (``daemon/inlets.py``); the run
     holds no database credential."""
+    trace_context: str | None = None
+    """The ``traceparent`` of the run's span (``[tracing]``): the run's ``context.trace_context``
+    and its ``TRACEPARENT``; None when tracing is off."""
 
     @classmethod
     def read(cls, path: Path) -> RunSpec:

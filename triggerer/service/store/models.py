@@ -61,6 +61,7 @@ from triggerer.service.store.states import (
     TriggerState,
 )
 from triggerer.service.store.types import BigId, Json, UtcDateTime, utcnow
+from triggerer.service.trace_context import TRACEPARENT_LENGTH, TRACESTATE_MAX_LENGTH
 
 NAMING_CONVENTION: dict[str, str] = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -222,6 +223,10 @@ class AssetEvent(Base):
     dedup_key: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
     partition_key: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     timestamp: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # The W3C trace context the event carries (docs/tracing.md): its message's, its REST
+    # request's, or the run's that emitted it. Checked before it is stored.
+    traceparent: Mapped[str | None] = mapped_column(String(TRACEPARENT_LENGTH))
+    tracestate: Mapped[str | None] = mapped_column(String(TRACESTATE_MAX_LENGTH))
 
 
 class DeadLetter(Base):
