@@ -15,10 +15,6 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-import structlog
-
-log = structlog.get_logger(__name__)
-
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 TRACEPARENT_LENGTH = 55
@@ -200,5 +196,11 @@ def stored(traceparent: str | None, tracestate: str | None) -> TraceContext | No
 
 def _ignored(name: str, value: object, reason: str) -> str | None:
     """None, what an invalid value of ``name`` gives, once it is logged with ``reason``."""
-    log.debug("trace_context_ignored", carrier=name, value=repr(value)[:200], reason=reason)
+    # Imported here: the store's tables import this module for its lengths, and the CLI's
+    # reading verbs, which import the store, do without structlog's import (a tenth of a run).
+    import structlog
+
+    structlog.get_logger(__name__).debug(
+        "trace_context_ignored", carrier=name, value=repr(value)[:200], reason=reason
+    )
     return None
