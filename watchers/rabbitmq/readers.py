@@ -354,6 +354,18 @@ class Readers(Mapping[str, Reader]):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _hand_on(self, entry: _Entry) -> None:
+        """Hand ``entry`` to the readers that came after it, then settle it: once they are
+        done with it too, or at once if they filtered it out or failed on it."""
+        try:
+            async with self._handing:
+                for reader in list(self._readers.values()):
+                    if reader.key not in entry.handed:
+                        await self._hand(reader, entry)
+        finally:
+            entry.dispatching = False
+        await self._settle(entry)
+
     async def _settle(self, entry: _Entry) -> None:
         """Once every reader is done with the message: ack it, or nack it back to the queue (or
         to the dead-letter exchange); while a watcher the daemon runs has not read it, hold it
@@ -362,19 +374,15 @@ class Readers(Mapping[str, Reader]):
             return
         current = entry.generation == self._generation and self._channel_open
         if current and not (entry.redeliver or entry.reject):
-            entry.dispatching = True  # settled by no other task while it is handed on
-            try:
-                async with self._handing:
-                    for reader in list(self._readers.values()):
-                        if reader.key not in entry.handed:
-                            await self._hand(reader, entry)
-            finally:
-                entry.dispatching = False
-            if entry.owners:
-                return  # handed on: settled once the new readers are done too
-            current = entry.generation == self._generation and self._channel_open
-        # Checked again: a reader handed it just now may have failed on it (redeliver).
-        if current and not (entry.redeliver or entry.reject):
+            if any(
+                key not in entry.handed and not reader.failed
+                for key, reader in self._readers.items()
+            ):
+                # Handed on in a task of its own: decoding it may wait for its schema, and an
+                # ack (the daemon's, after a commit) must not wait with it.
+                entry.dispatching = True  # settled by no other task meanwhile
+                self._spawn(self._hand_on(entry))
+                return
             stopped = {key for key, reader in self._readers.items() if reader.failed}
             missing = (self._expected().keys() | stopped) - entry.handed
             if missing:
