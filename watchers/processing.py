@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from triggerer.triggers import BaseEventTrigger, check_json
@@ -23,6 +23,12 @@ ADDED_LATER: dict[str, Any] = {"added_later": True}
 ``schema_registry``): :func:`without_later_defaults` leaves it out of ``serialize()`` while it
 holds its default, so a stored trigger keeps its key (and the checkpoints and dedup keys under
 it)."""
+
+
+LATER_DEFAULTS: dict[str, Any] = {"value_format": "json", "schema_registry": None}
+"""The options added later to the queue triggers that are not dataclasses (those sharing a
+reader, :class:`~watchers.shared_readers.SharedReaderTrigger`), and their defaults: left out of
+``serialize()`` while they hold them, as :data:`ADDED_LATER` says for the dataclass triggers."""
 
 
 def without_later_defaults(trigger: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +122,12 @@ class Processing:
             option=option,
             body_format=BodyFormat(value_format, schema_registry),
         )
+
+    @classmethod
+    def of_kwargs(cls, kwargs: Mapping[str, Any]) -> Processing:
+        """From a trigger's keyword arguments (as given) of the names
+        :class:`ProcessingOptions` lists, checked."""
+        return cls.of_options(**{name: kwargs[name] for name in ProcessingOptions.__annotations__})
 
     @classmethod
     def of_trigger(cls, trigger: ProcessingOptions) -> Processing:

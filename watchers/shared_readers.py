@@ -7,9 +7,9 @@ each trigger reading it. What they share is here: the context naming the shared 
 effect (:class:`Sharing`), the counters a reader keeps for its trigger (:class:`ReaderStats`,
 shown by the trigger, a :class:`SharedReaderTrigger`), a message held until every reader is
 done with it (:class:`Held`), what stops a reader (:class:`ReaderFailure`), a reader's bounded
-end (:class:`BufferedReader`), the watchers the daemon runs on each source
-(:class:`ExpectedReaders`, :func:`all_joined`) and stopping a reader's tasks
-(:func:`cancel_and_wait`). Each provider keeps its broker's calls.
+end (:class:`BufferedReader`), a message's bytes decoded for one reader (:func:`decoded_for`),
+the watchers the daemon runs on each source (:class:`ExpectedReaders`, :func:`all_joined`) and
+stopping a reader's tasks (:func:`cancel_and_wait`). Each provider keeps its broker's calls.
 """
 
 from __future__ import annotations
@@ -19,12 +19,23 @@ import contextlib
 import contextvars
 import dataclasses
 import json
-from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from triggerer.providers import SharedReaders
 from triggerer.triggers import BaseEventTrigger
+from watchers.processing import LATER_DEFAULTS
+from watchers.schemas.decoding import Undecodable
+from watchers.schemas.registries import RegistryError
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -37,6 +48,10 @@ SharedT = TypeVar("SharedT")
 SpecT = TypeVar("SpecT")
 StatsT = TypeVar("StatsT", bound="ReaderStats")
 HeldT = TypeVar("HeldT")
+
+Decode = Callable[[dict[str, Any], bytes | None], Awaitable[dict[str, Any]]]
+"""A reader's step decoding a message's bytes into its payload
+(:meth:`~watchers.processing.Processing.decoded`)."""
 
 #: How long a new shared reader waits for the other watchers of its source before reading,
 #: so that none misses the first messages.
@@ -122,7 +137,13 @@ class SharedReaderTrigger(BaseEventTrigger):
     _reader: _Leaves | None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return self.classpath(), dict(self._kwargs)
+        """Its options, but those added later that hold their defaults (``LATER_DEFAULTS``):
+        a trigger stored before they came keeps its key."""
+        return self.classpath(), {
+            name: value
+            for name, value in self._kwargs.items()
+            if name not in LATER_DEFAULTS or value != LATER_DEFAULTS[name]
+        }
 
     def options(self, names: Iterable[str]) -> dict[str, Any]:
         """Its options of ``names``, as given."""
@@ -198,6 +219,8 @@ class BufferedReader(Generic[SpecT, StatsT, HeldT]):
     )
     slots: asyncio.Semaphore = dataclasses.field(init=False)
     unacked: dict[object, HeldT] = dataclasses.field(default_factory=dict)
+    #: Stopped (:meth:`fail`): its next events raise, and it is handed no more messages.
+    failed: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.slots = asyncio.Semaphore(self.buffer)
@@ -211,13 +234,54 @@ class BufferedReader(Generic[SpecT, StatsT, HeldT]):
         return item
 
     def fail(self, error: BaseException) -> None:
-        """The shared reader stopped on ``error``: :meth:`next_event` raises it."""
+        """The shared reader, or this reader alone, stopped on ``error``: :meth:`next_event`
+        raises it."""
+        self.failed = True
         self.events.put_nowait(ReaderFailure(error))
 
     def free_slots(self) -> None:
         """The reader left: a loop waiting for room in its buffer goes on without it."""
         for _ in range(self.buffer):
             self.slots.release()
+
+
+class _Decoding(Protocol):
+    @property
+    def stats(self) -> ReaderStats: ...
+
+    @property
+    def failed(self) -> bool: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+
+async def decoded_for(
+    reader: _Decoding,
+    decode: Decode,
+    payload: dict[str, Any],
+    raw: bytes | None,
+    log: FilteringBoundLogger,
+) -> tuple[dict[str, Any], str | None] | None:
+    """``payload`` with its bytes ``raw`` decoded for ``reader`` (its trigger's
+    ``value_format``), and ``None``; or, when they cannot be decoded, ``payload`` as it is and
+    the reason: a dead letter at once, since decoding the same bytes again fails again.
+
+    ``None`` when the schema registry does not answer (or refuses the daemon): that is no
+    fault of the message, nor of the other readers, so this reader alone fails (its next event
+    raises the error, and the daemon restarts its watcher with backoff) and is handed no more
+    messages; the provider must not settle the message for it, so that it is read again.
+    """
+    try:
+        return await decode(payload, raw), None
+    except Undecodable as error:
+        log.warning("message_undecodable", error=str(error))
+        return payload, str(error)
+    except RegistryError as error:
+        reader.stats.failed += 1
+        if not reader.failed:  # once, though messages decoded meanwhile fail on it too
+            log.warning("schema_registry_fails_watcher", error=f"{type(error).__name__}: {error}")
+            reader.fail(error)
+        return None
 
 
 class _Spec(Protocol):

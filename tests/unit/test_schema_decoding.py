@@ -14,6 +14,8 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from tests.fixtures.schema_registry import avro_record, confluent, glue, proto_class
+from triggerer.triggers import UnusableTrigger, load_trigger
+from watchers import MessageQueueTrigger, PubSubTrigger, RabbitMqTrigger
 from watchers.kafka import KafkaTrigger
 from watchers.schemas import wire
 from watchers.schemas.decoders import CorruptRecord, SchemaRejected, WriterSchema, decoder_of
@@ -340,6 +342,31 @@ def test_format_options_are_serialized_only_when_given() -> None:
     kwargs = avro.serialize()[1]
     assert (kwargs["value_format"], kwargs["schema_registry"]) == ("avro", "http://registry:8081")
     assert "key_format" not in kwargs
+
+
+@pytest.mark.parametrize(
+    "uri", ["pubsub://my-project/orders", "amqp://broker/%2F/orders"], ids=["pubsub", "rabbitmq"]
+)
+def test_the_shared_reader_triggers_take_the_format_options(uri: str) -> None:
+    plain = MessageQueueTrigger(uri)
+    assert isinstance(plain, PubSubTrigger | RabbitMqTrigger)
+    # A trigger stored before the options came keeps its key.
+    assert not {"value_format", "schema_registry"} & set(plain.serialize()[1])
+    assert plain.reader_spec().decode is None  # JSON: the payload holds it already
+    avro = MessageQueueTrigger(uri, value_format="avro", schema_registry="http://registry:8081")
+    assert isinstance(avro, PubSubTrigger | RabbitMqTrigger)
+    kwargs = avro.serialize()[1]
+    assert (kwargs["value_format"], kwargs["schema_registry"]) == ("avro", "http://registry:8081")
+    assert load_trigger(*avro.serialize()).serialize() == avro.serialize()
+    assert avro.reader_spec().decode is not None
+    assert avro.reader_key != plain.reader_key  # a reader of its own on the shared source
+    for options, says in [
+        ({"value_format": "avro"}, "value_format='avro' needs schema_registry"),
+        ({"value_format": "xml"}, "value_format='xml' must be one of json, avro"),
+    ]:
+        unusable = MessageQueueTrigger(uri, **options)
+        assert isinstance(unusable, UnusableTrigger)
+        assert says in unusable.serialize()[1]["error"]
 
 
 async def test_json_needs_no_registry_and_no_bytes_decode_to_none() -> None:

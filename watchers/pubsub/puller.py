@@ -6,8 +6,9 @@ holds, with their acks, nacks and deadline extensions (:mod:`watchers.pubsub.ack
 Every trigger reading the subscription is a reader of its puller and is handed each message; a
 message is acknowledged once every reader is done with it (its event committed and acked, or
 filtered, or dead-lettered); until then its ack deadline is extended. A message a reader could
-not process is nacked; one that a watcher of the daemon missed (not running at the moment) is
-left to its deadline, and comes back then.
+not process is nacked; one that a watcher of the daemon missed (not running at the moment, or
+failed because its schema registry does not answer) is left to its deadline, and comes back
+then.
 
 Without a dead-letter policy, deliveries are counted in memory and by message id, so a restart
 of the daemon starts the count again: a failing message is yielded as a dead letter on its
@@ -35,11 +36,13 @@ from watchers.pubsub.acks import HeldMessages
 from watchers.pubsub.client import connect
 from watchers.shared_readers import (
     BufferedReader,
+    Decode,
     ExpectedReaders,
     ReadingTasks,
     Sharing,
     all_joined,
     cancel_and_wait,
+    decoded_for,
 )
 
 if TYPE_CHECKING:
@@ -118,9 +121,13 @@ class ReaderSpec:
     key: str
     """Tells the reader from the other readers of the subscription; an instance with the same
     key takes the place of one the daemon gave up on."""
+    decode: Decode | None
+    """The reader's step decoding a message's data into its payload's ``body``
+    (``value_format``); ``None`` for JSON, which the payload holds already."""
     prepare: Callable[[Any], Prepared]
-    """The reader's step from a received message to its payload and partition key. It may
-    raise: the message is then nacked, and dead-lettered at last."""
+    """The reader's step from a message's payload to its event's payload and partition key
+    (``None``: filtered out). It may raise: the message is then nacked, and dead-lettered at
+    last."""
     # The puller's options (PULLER_OPTIONS): the first reader's are the puller's.
     max_messages: int
     pullers: int
@@ -318,8 +325,11 @@ class Puller(ReadingTasks):
     async def _hand(self, reader: Reader, received: Any, held: list[Held]) -> None:
         reader.stats.received += len(held)
         for message, entry in zip(received, held, strict=True):
+            if reader.failed:
+                entry.missed = True  # it stopped: the message comes back for its next instance
+                continue
             token = object()
-            event = self._event_of(reader, message, entry, self._ack_of(reader, token, entry))
+            event = await self._event_of(reader, message, entry, self._ack_of(reader, token, entry))
             if event is None:
                 continue
             await reader.slots.acquire()
@@ -330,15 +340,30 @@ class Puller(ReadingTasks):
             reader.unacked[token] = entry
             reader.events.put_nowait(event)
 
-    def _event_of(
+    async def _event_of(
         self, reader: Reader, message: Any, entry: Held, ack: Callable[[], Awaitable[None]]
     ) -> TriggerEvent | None:
-        """The reader's event of ``message``; ``None`` when filtered, or failing again."""
+        """The reader's event of ``message``; ``None`` when filtered, failing again, or when
+        the reader failed on it (its schema registry does not answer: left to its deadline)."""
         key = dedup_key(self._name, message.message)
         timestamp = message.message.publish_time
         sent_at = timestamp.seconds + timestamp.nanos / 1e9
+        payload = message_payload(message)
+        if reader.spec.decode is not None:
+            decoded = await decoded_for(
+                reader, reader.spec.decode, payload, message.message.data, self._log
+            )
+            if decoded is None:
+                entry.missed = True
+                return None
+            payload, undecodable = decoded
+            if undecodable is not None:  # a dead letter at once: it stays undecodable
+                reader.stats.dead_lettered += 1
+                return TriggerEvent.of_decoded_json(
+                    payload, dedup_key=key, ack=ack, sent_at=sent_at, dead_letter=undecodable
+                )
         try:
-            prepared = reader.spec.prepare(message)
+            prepared = reader.spec.prepare(payload)
         # A user's apply_function may raise anything: a bad message must not stop the watcher;
         # it is nacked, then dead-lettered with the reason.
         except Exception as error:  # noqa: BLE001
@@ -348,7 +373,6 @@ class Puller(ReadingTasks):
                 entry.redeliver = True
                 return None
             reader.stats.dead_lettered += 1
-            payload = message_payload(message)
             return TriggerEvent.of_decoded_json(
                 payload, dedup_key=key, ack=ack, sent_at=sent_at, dead_letter=reason
             )

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from triggerer.providers import Provider
 from watchers.clients import require
-from watchers.processing import Prepared, Processing, check_range
+from watchers.processing import Processing, check_range
 from watchers.pubsub import puller as pubsub_puller
 from watchers.pubsub.client import connect
 from watchers.pubsub.puller import (
     Reader,
     ReaderSpec,
     ReaderStats,
-    message_payload,
     missing,
 )
 from watchers.shared_readers import SharedReaderTrigger, shared_of_type
@@ -69,7 +68,10 @@ class PubSubTrigger(SharedReaderTrigger):
     ``subscription`` is ``pubsub://PROJECT/SUBSCRIPTION``; the subscription must exist. The
     payload is ``{"message_id", "body", "attributes", "publish_time", "ordering_key",
     "delivery_attempt"}`` and the dedup key ``<subscription>/<message_id>@<publish_time>``
-    (:func:`~watchers.pubsub.puller.dedup_key`). ``filter`` is
+    (:func:`~watchers.pubsub.puller.dedup_key`). ``value_format`` (``"json"``, the default, or
+    ``"avro"``, ``"protobuf"``, ``"json_schema"`` with ``schema_registry``) decodes the body
+    (:mod:`watchers.schemas.decoding`): one that cannot be decoded is a dead letter at once; a
+    registry that does not answer fails the watcher, the message not acknowledged. ``filter`` is
     checked on the payload, then ``apply_function`` (dotted path) may replace it; a message
     either drops is acknowledged. ``partition_key_path`` picks the partition key from the final
     payload.
@@ -105,6 +107,8 @@ class PubSubTrigger(SharedReaderTrigger):
         apply_function: str | None = None,
         partition_key_path: str | None = None,
         connection: str | None = None,
+        value_format: str = "json",
+        schema_registry: str | None = None,
     ) -> None:
         self.project, self.name = parse_pubsub_uri(subscription)
         if emulator_host is not None and not (
@@ -118,9 +122,6 @@ class PubSubTrigger(SharedReaderTrigger):
             check_range("ack_deadline_s", ack_deadline_s, 10, 600)
         if connection is not None and not (isinstance(connection, str) and connection):
             raise ValueError(f"connection={connection!r} must be the name of a connection")
-        self._processing = Processing.of_options(
-            filter=filter, apply_function=apply_function, partition_key_path=partition_key_path
-        )
         self._kwargs: dict[str, Any] = {
             "subscription": subscription,
             "emulator_host": emulator_host,
@@ -132,7 +133,10 @@ class PubSubTrigger(SharedReaderTrigger):
             "apply_function": apply_function,
             "partition_key_path": partition_key_path,
             "connection": connection,
+            "value_format": value_format,
+            "schema_registry": schema_registry,
         }
+        self._processing = Processing.of_kwargs(self._kwargs)
         self._stats = ReaderStats()
         self._reader: Reader | None = None
 
@@ -149,7 +153,8 @@ class PubSubTrigger(SharedReaderTrigger):
             emulator_host=kwargs["emulator_host"],
             connection=kwargs["connection"],
             key=self.reader_key,
-            prepare=self._prepare,
+            decode=None if self._processing.body_format.plain else self._processing.decoded,
+            prepare=self._processing.prepare,
             **self.options(pubsub_puller.PULLER_OPTIONS),
         )
 
@@ -170,12 +175,6 @@ class PubSubTrigger(SharedReaderTrigger):
     def same_message(self, stored: Any, received: Any) -> bool:
         """Equal payloads, but for the ``delivery_attempt`` a redelivery counts up."""
         return bool(_steady(stored) == _steady(received))
-
-    def _prepare(self, received: Any) -> Prepared:
-        """The payload and partition key of a message, ``None`` when it is filtered out; what
-        raises (an apply_function's result that is not JSON included) fails the message (nacked,
-        then dead-lettered), not the watcher."""
-        return self._processing.prepare(message_payload(received))
 
 
 def _steady(payload: Any) -> Any:

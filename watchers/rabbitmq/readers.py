@@ -9,11 +9,11 @@ dead-letter table, or with ``broker_dead_letters`` the message is rejected to th
 dead-letter exchange. A stream queue keeps its messages in place: one a reader fails on goes to
 the dead-letter table at once.
 
-A message that a watcher of the daemon has not read (not running at the moment, or restarted
-before acking it) is held, unacked, until that watcher reads it, or until the daemon no longer
-runs it. The broker holds at most ``prefetch`` unacked messages for the consumer, which bounds
-what the readers hold: while a watcher is away, the others stop once ``prefetch`` messages wait
-for it.
+A message that a watcher of the daemon has not read (not running at the moment, restarted
+before acking it, or failed because its schema registry does not answer) is held, unacked,
+until that watcher reads it, or until the daemon no longer runs it. The broker holds at most
+``prefetch`` unacked messages for the consumer, which bounds what the readers hold: while a
+watcher is away, the others stop once ``prefetch`` messages wait for it.
 
 A message delivered on a channel that is gone is not settled: the broker put it back in the
 queue, and delivers it again on the next channel.
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from triggerer.triggers import TriggerEvent
 from watchers import shared_readers
 from watchers.rabbitmq.address import dedup_key, stream_offset_of
-from watchers.shared_readers import ReaderFailure
+from watchers.shared_readers import ReaderFailure, decoded_for
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from watchers.processing import Prepared
     from watchers.rabbitmq.address import RabbitQueue
+    from watchers.shared_readers import Decode
 
 #: Failure counts kept for queues whose broker does not count deliveries (classic queues).
 MAX_COUNTED = 10_000
@@ -56,6 +57,9 @@ class ReaderSpec:
     key: str
     #: The payload of a message as the reader's filter sees it (before ``apply_function``).
     payload: Callable[[AbstractIncomingMessage], Any]
+    #: The reader's step decoding a message's body into that payload's ``body``
+    #: (``value_format``); ``None`` for JSON, which the payload holds already.
+    decode: Decode | None
     #: The reader's step from that payload to the event's payload and partition key (``None``:
     #: filtered out). It may raise: the message is then redelivered, dead-lettered at last.
     prepare: Callable[[Any], Prepared]
@@ -105,6 +109,8 @@ class Reader:
         self.events: asyncio.Queue[TriggerEvent | ReaderFailure] = asyncio.Queue()
         #: The entries of its events not yet acked, by ack token.
         self.unacked: dict[object, _Entry] = {}
+        #: Stopped (:meth:`fail`): its next events raise, and it is handed no more messages.
+        self.failed = False
         self._leave = leave
 
     async def next_event(self) -> TriggerEvent:
@@ -114,7 +120,9 @@ class Reader:
         return item
 
     def fail(self, error: BaseException) -> None:
-        """The consumer stopped on ``error``: :meth:`next_event` raises it."""
+        """The consumer, or this reader alone, stopped on ``error``: :meth:`next_event` raises
+        it."""
+        self.failed = True
         self.events.put_nowait(ReaderFailure(error))
 
     async def leave(self) -> None:
@@ -163,6 +171,9 @@ class Readers(Mapping[str, Reader]):
         #: By reader key: the last offset of a stream queue it stored (it skips up to it).
         self._floors: Mapping[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Messages are handed out one at a time (each delivery is a task of its own): one
+        #: waiting for its schema keeps its place before the messages that came after it.
+        self._handing = asyncio.Lock()
 
     def __getitem__(self, key: str) -> Reader:
         return self._readers[key]
@@ -192,6 +203,8 @@ class Readers(Mapping[str, Reader]):
             entry.event_done()
             entry.handed.discard(reader.key)
             self._settle_soon(entry)
+        if reader.failed:  # what was held for it alone is done with, unless the daemon runs it
+            self.expected_changed()
 
     def forget(self, reader: Reader) -> None:
         """Stop handing ``reader`` messages, leaving those it holds unsettled: the consumer
@@ -218,12 +231,15 @@ class Readers(Mapping[str, Reader]):
     async def deliver(self, message: AbstractIncomingMessage) -> None:
         """Hand ``message`` to every reader, and settle it if they are all done with it."""
         entry = _Entry(message, self._generation, self._deliveries(message))
-        for reader in list(self._readers.values()):
-            self._hand(reader, entry)
+        async with self._handing:
+            for reader in list(self._readers.values()):
+                await self._hand(reader, entry)
         entry.dispatching = False
         await self._settle(entry)
 
-    def _hand(self, reader: Reader, entry: _Entry) -> None:
+    async def _hand(self, reader: Reader, entry: _Entry) -> None:
+        if reader.failed:
+            return  # it stopped: the message is held for its next instance, or goes back
         entry.handed.add(reader.key)
         stats = reader.stats
         stats.received += 1
@@ -238,8 +254,17 @@ class Readers(Mapping[str, Reader]):
                 return  # its event is stored already: read again only to resume there
         payload = reader.spec.payload(message)
         dead_letter = None
+        if reader.spec.decode is not None:
+            decoded = await decoded_for(
+                reader, reader.spec.decode, payload, message.body, self._log
+            )
+            if decoded is None:
+                entry.handed.discard(reader.key)  # held for its next instance, or goes back
+                return
+            # Undecodable: a dead letter at once, since it stays undecodable.
+            payload, dead_letter = decoded
         try:
-            prepared = reader.spec.prepare(payload)
+            prepared = (payload, None) if dead_letter else reader.spec.prepare(payload)
         # A user's apply_function may raise anything: a bad message must not stop the watcher;
         # it is redelivered, then dead-lettered with the reason.
         except Exception as error:  # noqa: BLE001
@@ -329,6 +354,18 @@ class Readers(Mapping[str, Reader]):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _hand_on(self, entry: _Entry) -> None:
+        """Hand ``entry`` to the readers that came after it, then settle it: once they are
+        done with it too, or at once if they filtered it out or failed on it."""
+        try:
+            async with self._handing:
+                for reader in list(self._readers.values()):
+                    if reader.key not in entry.handed:
+                        await self._hand(reader, entry)
+        finally:
+            entry.dispatching = False
+        await self._settle(entry)
+
     async def _settle(self, entry: _Entry) -> None:
         """Once every reader is done with the message: ack it, or nack it back to the queue (or
         to the dead-letter exchange); while a watcher the daemon runs has not read it, hold it
@@ -337,14 +374,17 @@ class Readers(Mapping[str, Reader]):
             return
         current = entry.generation == self._generation and self._channel_open
         if current and not (entry.redeliver or entry.reject):
-            for reader in list(self._readers.values()):
-                if reader.key not in entry.handed:
-                    self._hand(reader, entry)
-            if entry.owners:
-                return  # handed on: settled once the new readers are done too
-        # Checked again: a reader handed it just now may have failed on it (redeliver).
-        if current and not (entry.redeliver or entry.reject):
-            missing = self._expected().keys() - entry.handed
+            if any(
+                key not in entry.handed and not reader.failed
+                for key, reader in self._readers.items()
+            ):
+                # Handed on in a task of its own: decoding it may wait for its schema, and an
+                # ack (the daemon's, after a commit) must not wait with it.
+                entry.dispatching = True  # settled by no other task meanwhile
+                self._spawn(self._hand_on(entry))
+                return
+            stopped = {key for key, reader in self._readers.items() if reader.failed}
+            missing = (self._expected().keys() | stopped) - entry.handed
             if missing:
                 if not self._held:
                     self._log.info(

@@ -99,10 +99,13 @@ class RabbitMqTrigger(SharedReaderTrigger):
     "correlation_id", "content_type", "type", "app_id", "timestamp", "exchange", "routing_key",
     "stream_offset", "headers"}``; the dedup key ``<vhost>/<queue>/<message_id>`` (the
     publisher's id), ``<vhost>/<queue>@<offset>@<timestamp or body digest>`` for a stream
-    queue's message without one, else none (at least once). ``filter`` is checked on the
-    payload, then ``apply_function`` (dotted path to a plain function) may replace it
-    (``None``: dropped); a dropped message is acked. ``partition_key_path`` picks the partition
-    key from the final payload.
+    queue's message without one, else none (at least once). ``value_format`` (``"json"``, the
+    default, or ``"avro"``, ``"protobuf"``, ``"json_schema"`` with ``schema_registry``) decodes
+    the body (:mod:`watchers.schemas.decoding`): one that cannot be decoded is a dead letter at
+    once; a registry that does not answer fails the watcher, the message held unacked for it.
+    ``filter`` is checked on the payload, then ``apply_function`` (dotted path to a plain
+    function) may replace it (``None``: dropped); a dropped message is acked.
+    ``partition_key_path`` picks the partition key from the final payload.
 
     At most ``prefetch`` messages are delivered and not yet acked. A message whose processing
     raises goes back to the queue (nack); once delivered ``max_deliveries`` times (the broker's
@@ -143,6 +146,8 @@ class RabbitMqTrigger(SharedReaderTrigger):
         stream_offset: str | int | None = None,
         reader_name: str | None = None,
         connection: str | None = None,
+        value_format: str = "json",
+        schema_registry: str | None = None,
     ) -> None:
         self.location = parse_rabbitmq_uri(queue)
         check_range("prefetch", prefetch, 1, 65_535)
@@ -168,9 +173,6 @@ class RabbitMqTrigger(SharedReaderTrigger):
             )
         if connection is not None and (not isinstance(connection, str) or not connection):
             raise ValueError(f"connection={connection!r} must name a [connections.NAME] section")
-        self._processing = Processing.of_options(
-            filter=filter, apply_function=apply_function, partition_key_path=partition_key_path
-        )
         self._kwargs: dict[str, Any] = {
             "queue": queue,
             "prefetch": prefetch,
@@ -182,7 +184,10 @@ class RabbitMqTrigger(SharedReaderTrigger):
             "stream_offset": stream_offset,
             "reader_name": reader_name,
             "connection": connection,
+            "value_format": value_format,
+            "schema_registry": schema_registry,
         }
+        self._processing = Processing.of_kwargs(self._kwargs)
         self._stats = ReaderStats()
         self._reader: Reader | None = None
 
@@ -215,6 +220,7 @@ class RabbitMqTrigger(SharedReaderTrigger):
             connection=kwargs["connection"],
             key=self.reader_key,
             payload=message_payload,
+            decode=None if self._processing.body_format.plain else self._processing.decoded,
             prepare=self._processing.prepare,
             checkpoint_key=checkpoint_key(self.location, self.reader),
             **self.options(rabbitmq_consumer.CONSUMER_OPTIONS),

@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from google.api_core import exceptions
 from structlog.testing import capture_logs
 
-from tests.fixtures.pubsub import PROJECT, Admin
+from tests.fixtures.pubsub import PROJECT, Admin, pending
 from tests.fixtures.triggers import running, take, until
 from triggerer.triggers import TriggerEvent, load_trigger
 from watchers import MessageQueueTrigger, PubSubTrigger
@@ -50,23 +49,6 @@ async def ack_all(events: list[TriggerEvent]) -> None:
     for event in events:
         assert event.ack is not None
         await event.ack()
-
-
-async def pending(admin: Admin, uri: str) -> int:
-    """Messages the subscription delivers now (pulled, then nacked back)."""
-    path = f"projects/{PROJECT}/subscriptions/{uri.rsplit('/', 1)[1]}"
-    try:
-        response = await admin.subscriber.pull(
-            subscription=path, max_messages=100, timeout=1, retry=None
-        )
-    except exceptions.DeadlineExceeded:
-        return 0
-    ack_ids = [r.ack_id for r in response.received_messages]
-    if ack_ids:
-        await admin.subscriber.modify_ack_deadline(
-            subscription=path, ack_ids=ack_ids, ack_deadline_seconds=0
-        )
-    return len(ack_ids)
 
 
 def name_of(uri: str) -> str:

@@ -1,7 +1,8 @@
 """Decoding through real registries: the tests' Confluent-speaking one
 (:mod:`tests.fixtures.schema_registry`) and AWS Glue's in moto; and the providers besides Kafka
-(Redis Streams, NATS JetStream, Kinesis) decoding through the same step
-(:mod:`watchers.schemas.decoding`)."""
+(Redis Streams, NATS JetStream, Kinesis, Pub/Sub on its emulator, RabbitMQ) decoding through
+the same step (:mod:`watchers.schemas.decoding`), Pub/Sub's and RabbitMQ's readers shared by
+watchers of one source failing only the watcher whose registry does not answer."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
+import aio_pika
 import anyio
 import nats
 import pytest
 from aiobotocore.session import get_session
 
 from tests.fixtures.nats import SHARED_NATS
+from tests.fixtures.pubsub import pending
+from tests.fixtures.rabbitmq import SHARED_RABBITMQ, ready_count
 from tests.fixtures.redis import SHARED_REDIS_HOST, SHARED_REDIS_PORT
 from tests.fixtures.schema_registry import (
     FakeRegistry,
@@ -25,9 +29,13 @@ from tests.fixtures.schema_registry import (
     glue,
     proto_class,
 )
-from tests.fixtures.triggers import running, take
+from tests.fixtures.triggers import running, take, until
 from triggerer import connections
-from watchers import MessageQueueTrigger
+from triggerer.triggers import BaseEventTrigger, TriggerEvent, load_trigger
+from watchers import MessageQueueTrigger, PubSubTrigger, RabbitMqTrigger
+from watchers.pubsub import puller as pubsub_puller
+from watchers.pubsub import send as pubsub_send
+from watchers.rabbitmq import consumer as rabbitmq_consumer
 from watchers.schemas.decoding import BodyFormat, Undecodable
 from watchers.schemas.registries import RegistryUnavailable
 
@@ -35,6 +43,8 @@ if TYPE_CHECKING:
     import redis.asyncio
 
     from tests.fixtures.kinesis import MakeStream
+    from tests.fixtures.pubsub import Admin, MakeSubscription
+    from tests.fixtures.rabbitmq import MakeQueue
     from tests.fixtures.redis import MakeStream as MakeRedisStream
 
 ORDER = {
@@ -280,3 +290,248 @@ async def test_kinesis_records_decode(
     )
     async with running(trigger) as events:
         await check_decoded_and_dead_letter(events, schema_id)
+
+
+# -- the providers sharing one reader of a source: Pub/Sub and RabbitMQ
+
+
+async def messages_of(events: AsyncIterator[TriggerEvent], count: int) -> list[TriggerEvent]:
+    """The next ``count`` events that are messages (not a first start's checkpoint), acked;
+    a deadline long enough for Pub/Sub to deliver again what it was left to."""
+    taken: list[TriggerEvent] = []
+    with anyio.fail_after(90):
+        while len(taken) < count:
+            event = await anext(events)
+            if not event.is_checkpoint_only:
+                assert event.ack is not None
+                await event.ack()
+                taken.append(event)
+    return taken
+
+
+def check_flowed(taken: list[TriggerEvent], schema_id: int) -> None:
+    """A record decoded, one of an unknown schema id a dead letter, and the record after it
+    decoded: in the order the broker gave them, which Pub/Sub does not promise."""
+    good = sorted(
+        (event for event in taken if event.dead_letter is None),
+        key=lambda event: event.payload["body"]["id"],
+    )
+    [bad] = [event for event in taken if event.dead_letter is not None]
+    assert [event.payload["body"] for event in good] == [
+        {"id": 1, "total": 1.5},
+        {"id": 2, "total": 1.5},
+    ]
+    assert {event.payload["schema_id"] for event in good} == {schema_id}
+    assert "schema id 4040 is not in the registry" in bad.dead_letter
+    assert bad.payload["body"] == {"base64": "AAAAD8gB"}
+    assert "schema_id" not in bad.payload
+
+
+def flowing(schema_id: int) -> list[bytes]:
+    """A record, one of an id the registry does not hold, and another record."""
+    return [*records(schema_id), confluent(schema_id, avro_record(ORDER, {"id": 2, "total": 1.5}))]
+
+
+def orders(schema_id: int, count: int) -> list[bytes]:
+    return [confluent(schema_id, avro_record(ORDER, {"id": i, "total": 0.5})) for i in range(count)]
+
+
+async def raises_registry_unavailable(
+    events: AsyncIterator[TriggerEvent], says: str = "does not answer"
+) -> None:
+    """The events until the watcher fails on its registry, acked (those of messages handed to
+    it before); it must fail."""
+    with pytest.raises(RegistryUnavailable, match=says):
+        await messages_of(events, 1_000)
+
+
+async def every_message_once(trigger: BaseEventTrigger, sent: list[str]) -> None:
+    """The watcher made again from ``trigger`` (as the daemon restarts it) has each message of
+    ``sent`` (ids) as one event: the records ``orders`` made."""
+    async with running(load_trigger(*trigger.serialize())) as events:
+        taken = await messages_of(events, len(sent))
+    assert ids_of(taken) == sorted(sent)
+    assert sorted(event.payload["body"]["id"] for event in taken) == list(range(len(sent)))
+
+
+async def rabbitmq_publish(name: str, bodies: list[bytes]) -> list[str]:
+    """Publish ``bodies`` to queue ``name`` on the shared broker, each with a message id of its
+    own (its dedup key); the ids."""
+    ids = [str(uuid.uuid4()) for _ in bodies]
+    connection = await aio_pika.connect(f"amqp://guest:guest@{SHARED_RABBITMQ}/")
+    async with connection:
+        channel = await connection.channel()
+        for body, message_id in zip(bodies, ids, strict=True):
+            await channel.default_exchange.publish(
+                aio_pika.Message(body, message_id=message_id), routing_key=name
+            )
+    return ids
+
+
+def rabbitmq_uri(name: str) -> str:
+    return f"amqp://{SHARED_RABBITMQ}/%2F/{name}"
+
+
+def ids_of(events: list[TriggerEvent]) -> list[Any]:
+    return sorted(event.payload["message_id"] for event in events)
+
+
+async def test_pubsub_messages_decode(
+    pubsub_emulator_host: str, make_subscription: MakeSubscription, schema_registry: FakeRegistry
+) -> None:
+    schema_id = schema_registry.register("orders-value", ORDER)
+    uri = await make_subscription()
+    await pubsub_send(uri, flowing(schema_id), emulator_host=pubsub_emulator_host)
+    trigger = MessageQueueTrigger(
+        uri,
+        emulator_host=pubsub_emulator_host,
+        value_format="avro",
+        schema_registry=schema_registry.url,
+    )
+    async with running(trigger) as events:
+        check_flowed(await messages_of(events, 3), schema_id)
+    assert isinstance(trigger, PubSubTrigger)
+    assert (trigger.events, trigger.dead_lettered, trigger.failed) == (2, 1, 0)
+
+
+async def test_rabbitmq_messages_decode(
+    make_rabbitmq_queue: MakeQueue, schema_registry: FakeRegistry
+) -> None:
+    schema_id = schema_registry.register("orders-value", ORDER)
+    name = await make_rabbitmq_queue()
+    await rabbitmq_publish(name, flowing(schema_id))
+    trigger = MessageQueueTrigger(
+        queue=rabbitmq_uri(name), value_format="avro", schema_registry=schema_registry.url
+    )
+    async with running(trigger) as events:
+        check_flowed(await messages_of(events, 3), schema_id)
+    assert isinstance(trigger, RabbitMqTrigger)
+    assert (trigger.events, trigger.dead_lettered, trigger.failed) == (2, 1, 0)
+    assert await ready_count(SHARED_RABBITMQ, name) == 0
+
+
+async def test_pubsub_a_registry_down_fails_the_watcher_and_loses_nothing(
+    pubsub_emulator_host: str,
+    pubsub_admin: Admin,
+    make_subscription: MakeSubscription,
+    schema_registry: FakeRegistry,
+) -> None:
+    """Messages the watcher failed on (its registry refusing connections) are not
+    acknowledged: they come back once their ack deadline passes, to the watcher restarted
+    (as the daemon does) once the registry is back, each one event."""
+    schema_id = schema_registry.register("orders-value", ORDER)
+    uri = await make_subscription()
+    sent = await pubsub_send(uri, orders(schema_id, 3), emulator_host=pubsub_emulator_host)
+    options = {
+        "emulator_host": pubsub_emulator_host,
+        "value_format": "avro",
+        "schema_registry": schema_registry.url,
+    }
+    schema_registry.refuse()
+    trigger = PubSubTrigger(uri, **options)
+    async with running(trigger) as events:
+        await raises_registry_unavailable(events)
+    assert trigger.events == 0
+    schema_registry.restore()
+    await every_message_once(trigger, sent)
+    assert await pending(pubsub_admin, uri) == 0
+
+
+async def test_rabbitmq_a_registry_down_fails_the_watcher_and_loses_nothing(
+    make_rabbitmq_queue: MakeQueue, schema_registry: FakeRegistry
+) -> None:
+    """Messages the watcher failed on (its registry answering 503) are not acked: the broker
+    delivers them again to the watcher restarted (as the daemon does) once the registry is
+    back, each one event."""
+    schema_id = schema_registry.register("orders-value", ORDER)
+    name = await make_rabbitmq_queue(kind="quorum")
+    sent = await rabbitmq_publish(name, orders(schema_id, 3))
+    schema_registry.fail()
+    trigger = RabbitMqTrigger(
+        rabbitmq_uri(name), value_format="avro", schema_registry=schema_registry.url
+    )
+    async with running(trigger) as events:
+        await raises_registry_unavailable(events, "answered 503")
+    assert trigger.events == 0
+    assert await ready_count(SHARED_RABBITMQ, name) == 3  # back in the queue
+    schema_registry.restore()
+    await every_message_once(trigger, sent)
+    assert await ready_count(SHARED_RABBITMQ, name) == 0
+
+
+async def test_pubsub_a_registry_down_fails_only_its_watcher(
+    pubsub_emulator_host: str,
+    pubsub_admin: Admin,
+    make_subscription: MakeSubscription,
+    schema_registry: FakeRegistry,
+) -> None:
+    """Two watchers of one subscription share its puller: the one decoding Avro fails while its
+    registry refuses connections, the other (JSON) reads on. The messages are left to their
+    deadline for the first, which, back, has each of them once; the second may see them again
+    then, under the same dedup keys (one event each in the store)."""
+    schema_id = schema_registry.register("orders-value", ORDER)
+    uri = await make_subscription()
+    plain = PubSubTrigger(uri, emulator_host=pubsub_emulator_host)
+    options = {"value_format": "avro", "schema_registry": schema_registry.url}
+    avro = PubSubTrigger(uri, emulator_host=pubsub_emulator_host, **options)
+    pullers = pubsub_puller.Pullers()
+    pullers.keep([plain, avro])
+    seen_by_plain: list[TriggerEvent] = []
+
+    async def read_plain(events: AsyncIterator[TriggerEvent]) -> None:
+        async for event in events:
+            assert event.ack is not None
+            await event.ack()
+            seen_by_plain.append(event)
+
+    schema_registry.refuse()
+    with pubsub_puller.sharing(pullers):
+        async with running(plain) as plain_events, anyio.create_task_group() as group:
+            group.start_soon(read_plain, plain_events)
+            async with running(avro) as avro_events:
+                sent = await pubsub_send(
+                    uri, orders(schema_id, 3), emulator_host=pubsub_emulator_host
+                )
+                await raises_registry_unavailable(avro_events)
+            await until(lambda: len(seen_by_plain) >= 3)
+            schema_registry.restore()
+            async with running(load_trigger(*avro.serialize())) as avro_events:
+                taken = await messages_of(avro_events, 3)
+            await until(lambda: plain.lag == 0, timeout_s=60)
+            group.cancel_scope.cancel()
+    assert ids_of(taken) == sorted(sent)
+    assert sorted(event.payload["body"]["id"] for event in taken) == [0, 1, 2]
+    assert set(ids_of(seen_by_plain)) == set(sent)
+    assert {event.dedup_key for event in seen_by_plain} == {event.dedup_key for event in taken}
+    assert all("base64" in event.payload["body"] for event in seen_by_plain)
+    assert await pending(pubsub_admin, uri) == 0
+
+
+async def test_rabbitmq_a_registry_down_fails_only_its_watcher(
+    make_rabbitmq_queue: MakeQueue, schema_registry: FakeRegistry
+) -> None:
+    """Two watchers of one queue share its consumer: the one decoding Avro fails while its
+    registry refuses connections, the other (JSON) reads on. The messages are held, unacked,
+    for the first, which, back, has each of them once."""
+    schema_id = schema_registry.register("orders-value", ORDER)
+    name = await make_rabbitmq_queue()
+    plain = RabbitMqTrigger(rabbitmq_uri(name))
+    options = {"value_format": "avro", "schema_registry": schema_registry.url}
+    avro = RabbitMqTrigger(rabbitmq_uri(name), **options)
+    consumers = rabbitmq_consumer.Consumers()
+    consumers.keep([plain, avro])
+    schema_registry.refuse()
+    with rabbitmq_consumer.sharing(consumers):
+        async with running(plain) as plain_events:
+            async with running(avro) as avro_events, anyio.create_task_group() as group:
+                group.start_soon(raises_registry_unavailable, avro_events)
+                sent = await rabbitmq_publish(name, orders(schema_id, 3))
+                seen_by_plain = await messages_of(plain_events, 3)
+            assert await ready_count(SHARED_RABBITMQ, name) == 0  # held for the Avro watcher
+            schema_registry.restore()
+            async with running(load_trigger(*avro.serialize())) as avro_events:
+                taken = await messages_of(avro_events, 3)
+    assert ids_of(taken) == ids_of(seen_by_plain) == sorted(sent)
+    # In the order they came: held for the watcher away, handed to it in that order.
+    assert [event.payload["body"] for event in taken] == [{"id": i, "total": 0.5} for i in range(3)]
+    assert await ready_count(SHARED_RABBITMQ, name) == 0
