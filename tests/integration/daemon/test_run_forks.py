@@ -29,7 +29,7 @@ from tests.e2e.daemon import (
 )
 from triggerer.service.runs import lifeline
 from triggerer.service.runs.forks import ForkedRun, ForkerUnavailable, RunForks
-from triggerer.service.runs.processes import spark_env
+from triggerer.service.runs.processes import spark_env, terminate
 from triggerer.service.runs.spec import RunSpec, SparkSpec
 
 if TYPE_CHECKING:
@@ -143,6 +143,28 @@ async def test_a_run_is_a_fork_in_a_group_of_its_own_with_its_log_and_returncode
         failing, log = await forks.start()
         assert await ended(failing) == 1
         assert "pipeline 'absent' is no longer defined" in log.read_text()
+
+
+async def test_a_run_stopped_as_it_is_forked_ends_before_it_reads_its_spec(
+    tmp_path: Path,
+) -> None:
+    # Cancelled the moment it was forked: the daemon then deletes its spec, so a run that went
+    # on would fail reading it, into the log of a run that printed nothing.
+    async with forking(tmp_path) as forks:
+        forks.env["WAIT"] = "1"
+        process, log = await forks.start()
+        await terminate(process)
+        assert process.returncode == -signal.SIGTERM
+        assert not log.exists() or "Traceback" not in log.read_text()
+
+
+async def test_terminate_ends_a_process_that_leads_no_group_of_its_own() -> None:
+    # A run forked moments ago, before its setsid(): its pid names no process group yet.
+    process = await anyio.open_process([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert os.getpgid(process.pid) != process.pid
+    with anyio.fail_after(30):
+        await terminate(process)
+    assert process.returncode == -signal.SIGTERM
 
 
 async def test_runs_of_a_forker_that_died_end_killed_and_the_next_run_gets_a_new_one(

@@ -89,16 +89,30 @@ class Process(Protocol):
 
 
 async def terminate(process: Process) -> None:
-    """End ``process`` and its process group: SIGTERM, then SIGKILL after ``KILL_GRACE_S``."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
+    """End ``process`` and its process group: SIGTERM, then SIGKILL after ``KILL_GRACE_S``.
+
+    A run just forked may not lead its process group yet (it calls ``setsid()`` as it starts):
+    then the process alone is signalled, before it could start anything of its own.
+    """
+    if not _signal(process.pid, signal.SIGTERM):
         return
     with anyio.move_on_after(KILL_GRACE_S):
         await process.wait()
         return
-    os.killpg(process.pid, signal.SIGKILL)
+    _signal(process.pid, signal.SIGKILL)
     await process.wait()
+
+
+def _signal(pid: int, signum: int) -> bool:
+    """Send ``signum`` to the process group ``pid`` leads, else to process ``pid``; whether
+    either was there."""
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, signum)
+        except ProcessLookupError:
+            continue
+        return True
+    return False
 
 
 def hide_environment() -> None:
