@@ -8,7 +8,10 @@ import importlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from triggerer.cloudevents import CloudEvent
 
 Ack = Callable[[], Awaitable[None]]
 _STRICT_JSON = json.JSONEncoder(allow_nan=False)
@@ -55,6 +58,11 @@ class TriggerEvent:
     source whose parts several daemons share (:mod:`triggerer.part_leases`): the daemon stores
     the event, and its checkpoint, only while it still holds that lease as it did when it took
     the part; else it drops them, and the part's new holder reads them again.
+
+    ``cloudevent``, the :class:`~triggerer.cloudevents.CloudEvent` the message is, goes into
+    the event's extra as ``"cloudevent"`` (its :attr:`~triggerer.cloudevents.CloudEvent.extra`)
+    beside the payload; a trigger keys such an event by ``cloudevent.dedup_key``, its
+    ``source`` and ``id``, so that a copy of it that came another way is no second event.
     """
 
     payload: Any
@@ -65,6 +73,7 @@ class TriggerEvent:
     dead_letter: str | None = dataclasses.field(default=None, kw_only=True)
     checkpoint: tuple[str, str] | None = dataclasses.field(default=None, kw_only=True)
     fence: tuple[str, str] | None = dataclasses.field(default=None, kw_only=True)
+    cloudevent: CloudEvent | None = dataclasses.field(default=None, kw_only=True, repr=False)
     is_checkpoint_only: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +93,7 @@ class TriggerEvent:
         dead_letter: str | None = None,
         checkpoint: tuple[str, str] | None = None,
         fence: tuple[str, str] | None = None,
+        cloudevent: CloudEvent | None = None,
     ) -> TriggerEvent:
         """An event whose payload holds only values decoded from JSON text, so is not checked.
 
@@ -100,6 +110,7 @@ class TriggerEvent:
         set_field(event, "dead_letter", dead_letter)
         set_field(event, "checkpoint", checkpoint)
         set_field(event, "fence", fence)
+        set_field(event, "cloudevent", cloudevent)
         set_field(event, "is_checkpoint_only", False)
         return event
 

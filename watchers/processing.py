@@ -1,6 +1,7 @@
 """What the queue triggers do to a message before it becomes an event (its bytes decoded by
-``value_format``, then ``filter``, ``apply_function``, ``partition_key_path`` on its payload),
-what they count of it, and the check of their integer options."""
+``value_format`` and the CloudEvent it is found, then ``filter``, ``apply_function``,
+``partition_key_path`` on its payload), what they count of it, and the check of their integer
+options."""
 
 from __future__ import annotations
 
@@ -10,13 +11,20 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from triggerer.cloudevents import CloudEvent, MalformedCloudEvent
 from triggerer.triggers import BaseEventTrigger, check_json
+from watchers.cloudevents import BODY, Binding, Headers
 from watchers.filters import PayloadFilter, lookup, parse_path
-from watchers.payloads import import_callable
-from watchers.schemas.decoding import BodyFormat
+from watchers.payloads import decode_body, import_callable
+from watchers.schemas.decoding import BodyFormat, Decoded, Undecodable
 
 Prepared = tuple[Any, str | None] | None
 """A payload and its partition key, ready for an event; ``None`` when the message is dropped."""
+
+UNREADABLE = (Undecodable, MalformedCloudEvent)
+"""What :meth:`Processing.decoded` raises for a message that is a dead letter at once, since
+reading it again fails again: bytes its ``value_format`` cannot decode, a malformed CloudEvent
+(both are ``ValueError``)."""
 
 ADDED_LATER: dict[str, Any] = {"added_later": True}
 """The metadata of a dataclass trigger's option added after triggers were stored (``value_format``,
@@ -78,8 +86,9 @@ class Processing:
     function, may replace it (``None`` drops the message, anything else must be JSON); then
     ``partition_key_path`` picks the partition key (text or integer) from what is left.
     ``option`` names the function's option in messages (SQS calls it ``transform``).
-    Before all that, :attr:`body_format` (``value_format`` and ``schema_registry``) decodes the
-    message's bytes: a provider awaits ``body_format.decode(raw)`` to build the payload.
+    Before all that, :meth:`decoded` decodes the message's bytes by :attr:`body_format`
+    (``value_format`` and ``schema_registry``) and finds the CloudEvent it is: a provider
+    awaits it to build the payload.
 
     The function is imported on first use: a trigger calls :meth:`load` when it starts to run,
     so that a path that does not import is the watcher's error, not each message's; so are the
@@ -148,19 +157,55 @@ class Processing:
         self.body_format.load()
 
     async def decoded(
-        self, payload: dict[str, Any], raw: bytes | None, field: str = "body"
-    ) -> dict[str, Any]:
+        self,
+        payload: dict[str, Any],
+        raw: bytes | None,
+        binding: Binding = BODY,
+        headers: Headers = (),
+        content_type: str | None = None,
+        field: str = "body",
+    ) -> tuple[dict[str, Any], CloudEvent | None]:
         """``payload`` (built with its bytes as ``value_format="json"`` gives them) with
-        ``field`` holding ``raw`` decoded by :attr:`body_format` and ``schema_id`` beside it;
-        ``payload`` itself for JSON. Raises what :meth:`BodyFormat.decode` raises: an
-        ``Undecodable`` message is the provider's dead letter, with ``payload`` as it was."""
-        if self.body_format.plain:
-            return payload
-        decoded = await self.body_format.decode(raw)
+        ``field`` holding ``raw`` decoded by :attr:`body_format` and ``schema_id`` beside it
+        (``payload`` itself for JSON), and the CloudEvent the message is by its transport's
+        ``binding``, its ``headers`` and ``content_type`` (``None``: it is none), as
+        :meth:`read` gives them. Raises what :meth:`read` raises: an :data:`UNREADABLE`
+        message is the provider's dead letter, with ``payload`` as it was."""
+        if self.body_format.plain:  # the payload holds the bytes as JSON already
+            return payload, binding.recognise(headers, raw, content_type)
+        decoded, cloudevent = await self.read(raw, binding, headers, content_type)
         payload = {**payload, field: decoded.value}
         if decoded.schema_id is not None:
             payload["schema_id"] = decoded.schema_id
-        return payload
+        return payload, cloudevent
+
+    async def read(
+        self,
+        raw: bytes | None,
+        binding: Binding = BODY,
+        headers: Headers = (),
+        content_type: str | None = None,
+    ) -> tuple[Decoded, CloudEvent | None]:
+        """A message's bytes decoded by :attr:`body_format`, and the CloudEvent the message is
+        (:mod:`watchers.cloudevents`), if any.
+
+        A CloudEvent in structured mode is found in the bytes as they are: they are the event
+        in JSON (a registry's record never is), so they are decoded as JSON whatever
+        ``value_format`` says. In binary mode the bytes are its data: with a registry's
+        ``value_format``, the record decoded is the event's data (checked first, so a malformed
+        event costs no schema's fetch). Raises
+        :class:`~triggerer.cloudevents.MalformedCloudEvent`, and what
+        :meth:`BodyFormat.decode` raises."""
+        if self.body_format.plain:
+            return Decoded(decode_body(raw)), binding.recognise(headers, raw, content_type)
+        found = binding.found(headers, raw, content_type)
+        if isinstance(found, CloudEvent):
+            return Decoded(decode_body(raw)), found
+        binary = None if found is None else found.event(None)
+        decoded = await self.body_format.decode(raw)
+        if binary is None:
+            return decoded, None
+        return decoded, dataclasses.replace(binary, data=decoded.value)
 
     def prepare(self, payload: Any) -> Prepared:
         """The event's payload and partition key of ``payload``; ``None`` when dropped. Raises

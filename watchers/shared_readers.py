@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from triggerer.providers import SharedReaders
 from triggerer.triggers import BaseEventTrigger
-from watchers.processing import LATER_DEFAULTS
-from watchers.schemas.decoding import Undecodable
+from watchers.processing import LATER_DEFAULTS, UNREADABLE
 from watchers.schemas.registries import RegistryError
 
 if TYPE_CHECKING:
@@ -42,16 +41,22 @@ if TYPE_CHECKING:
 
     from structlog.typing import FilteringBoundLogger
 
+    from triggerer.cloudevents import CloudEvent
     from triggerer.triggers import TriggerEvent
+    from watchers.cloudevents import Binding, Headers
 
 SharedT = TypeVar("SharedT")
 SpecT = TypeVar("SpecT")
 StatsT = TypeVar("StatsT", bound="ReaderStats")
 HeldT = TypeVar("HeldT")
 
-Decode = Callable[[dict[str, Any], bytes | None], Awaitable[dict[str, Any]]]
-"""A reader's step decoding a message's bytes into its payload
-(:meth:`~watchers.processing.Processing.decoded`)."""
+Decode = Callable[
+    [dict[str, Any], bytes | None, "Binding", "Headers", str | None],
+    Awaitable[tuple[dict[str, Any], "CloudEvent | None"]],
+]
+"""A reader's step decoding a message's bytes into its payload and finding the CloudEvent it is
+(:meth:`~watchers.processing.Processing.decoded`), given its payload, its bytes, the provider's
+binding, its headers and its content type."""
 
 #: How long a new shared reader waits for the other watchers of its source before reading,
 #: so that none misses the first messages.
@@ -257,14 +262,15 @@ class _Decoding(Protocol):
 
 async def decoded_for(
     reader: _Decoding,
-    decode: Decode,
+    decoding: Awaitable[tuple[dict[str, Any], CloudEvent | None]],
     payload: dict[str, Any],
-    raw: bytes | None,
     log: FilteringBoundLogger,
-) -> tuple[dict[str, Any], str | None] | None:
-    """``payload`` with its bytes ``raw`` decoded for ``reader`` (its trigger's
-    ``value_format``), and ``None``; or, when they cannot be decoded, ``payload`` as it is and
-    the reason: a dead letter at once, since decoding the same bytes again fails again.
+) -> tuple[dict[str, Any], CloudEvent | None, str | None] | None:
+    """What ``decoding`` (the reader's :data:`Decode` of a message whose payload, as
+    ``value_format="json"`` gives it, is ``payload``) gives, and ``None``; or, when the message
+    is :data:`~watchers.processing.UNREADABLE` (its bytes cannot be decoded, or it is a
+    malformed CloudEvent), ``payload`` as it is, no CloudEvent and the reason: a dead letter at
+    once, since reading it again fails again.
 
     ``None`` when the schema registry does not answer (or refuses the daemon): that is no
     fault of the message, nor of the other readers, so this reader alone fails (its next event
@@ -272,16 +278,17 @@ async def decoded_for(
     messages; the provider must not settle the message for it, so that it is read again.
     """
     try:
-        return await decode(payload, raw), None
-    except Undecodable as error:
+        decoded, cloudevent = await decoding
+    except UNREADABLE as error:
         log.warning("message_undecodable", error=str(error))
-        return payload, str(error)
+        return payload, None, str(error)
     except RegistryError as error:
         reader.stats.failed += 1
         if not reader.failed:  # once, though messages decoded meanwhile fail on it too
             log.warning("schema_registry_fails_watcher", error=f"{type(error).__name__}: {error}")
             reader.fail(error)
         return None
+    return decoded, cloudevent, None
 
 
 class _Spec(Protocol):

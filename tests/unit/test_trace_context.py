@@ -14,14 +14,17 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from structlog.testing import capture_logs
 
+from triggerer.cloudevents import of_json
 from triggerer.service.trace_context import (
     TraceContext,
     carried,
     from_xray,
+    of_cloudevent,
     of_http_headers,
     parse_traceparent,
     parse_tracestate,
 )
+from watchers.cloudevents import KAFKA
 from watchers.kafka import KafkaTrigger
 from watchers.mqtt.trigger import message_payload as mqtt_payload
 from watchers.nats.trigger import message_payload as nats_payload
@@ -206,6 +209,47 @@ def mqtt_message(properties: list[tuple[str, str]]) -> Any:
 )
 def test_carried(payload: Any, expected: TraceContext | None) -> None:
     assert carried(payload) == expected
+
+
+def cloudevent_extra(**extensions: Any) -> dict[str, Any]:
+    """A watcher's event's extra of a CloudEvent in structured mode with ``extensions``."""
+    document = {"specversion": "1.0", "id": "1", "source": "/orders", "type": "t", **extensions}
+    return {"from_trigger": True, "payload": {}, "cloudevent": of_json(document).extra}
+
+
+def kafka_binary_extra(headers: list[tuple[str, bytes]]) -> dict[str, Any]:
+    """A watcher's event's extra of a CloudEvent in Kafka's binary mode with ``headers`` too."""
+    attributes = [
+        ("ce_specversion", b"1.0"),
+        ("ce_id", b"1"),
+        ("ce_source", b"/"),
+        ("ce_type", b"t"),
+    ]
+    cloudevent = KAFKA.recognise([*attributes, *headers], b"{}")
+    assert cloudevent is not None
+    return {"from_trigger": True, "payload": {}, "cloudevent": cloudevent.extra}
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        # The distributed tracing extension, in structured mode or in binary mode.
+        (cloudevent_extra(traceparent=PARENT, tracestate=STATE), TraceContext(PARENT, STATE)),
+        (
+            kafka_binary_extra([("ce_traceparent", PARENT.encode()), ("traceparent", b"x")]),
+            TraceContext(PARENT),
+        ),
+        # Checked as any carrier's: invalid, ignored; an invalid tracestate alone, dropped.
+        (cloudevent_extra(traceparent=f"00-{TRACE}-{SPAN}"), None),
+        (cloudevent_extra(traceparent=1), None),
+        (cloudevent_extra(traceparent=PARENT, tracestate="Bad State"), TraceContext(PARENT)),
+        # No extension, or no CloudEvent (a plain REST post's extra).
+        (cloudevent_extra(partitionkey="p"), None),
+        ({"from_rest_api": True, "order": 7}, None),
+    ],
+)
+def test_a_cloudevents_tracing_extension(extra: Any, expected: TraceContext | None) -> None:
+    assert of_cloudevent(extra) == expected
 
 
 def test_a_trace_context_names_its_trace_and_span() -> None:

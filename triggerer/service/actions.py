@@ -110,14 +110,25 @@ def _found(
 
 
 def new_event(
-    asset_id: int, extra: dict[str, Any], *, source: str, partition_key: str | None = None
+    asset_id: int,
+    extra: dict[str, Any],
+    *,
+    source: str,
+    partition_key: str | None = None,
+    dedup_key: str | None = None,
 ) -> NewEvent:
     """An event a user asked for, once it is known to be storable (else :class:`Refused`)."""
     try:
         check_json(extra, "extra")
     except TypeError as error:
         raise Refused(str(error)) from None
-    new = NewEvent(asset_id=asset_id, extra=extra, source=source, partition_key=partition_key)
+    new = NewEvent(
+        asset_id=asset_id,
+        extra=extra,
+        source=source,
+        partition_key=partition_key,
+        dedup_key=dedup_key,
+    )
     reason = unstorable(new)
     if reason is not None:
         raise Refused(f"the event cannot be stored: {reason}")

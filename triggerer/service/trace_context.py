@@ -1,19 +1,25 @@
 """The trace context a message carries (W3C Trace Context, or AWS X-Ray's header), read from
-an event's payload where the providers put its headers and attributes (pure logic).
+an event's payload where the providers put its headers and attributes, or from the CloudEvent
+its extra holds (pure logic).
 
 Every provider's payload keeps the message's headers or attributes under one of a few keys
 (``headers``: Kafka, NATS, RabbitMQ; ``message_attributes`` and ``attributes``: SQS;
 ``attributes``: Pub/Sub; ``user_properties``: MQTT 5), so :func:`carried` reads them all in
-one place, for any trigger whose payload has that shape. A value that is not a valid
-``traceparent`` is ignored (logged at debug): a producer's malformed header is never an error.
+one place, for any trigger whose payload has that shape. A CloudEvent's distributed tracing
+extension (its ``traceparent`` and ``tracestate`` attributes, in either mode) is one more
+carrier, read by :func:`of_cloudevent` when the transport carried none. A value that is not a
+valid ``traceparent`` is ignored (logged at debug): a producer's malformed header is never an
+error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from triggerer.cloudevents import extensions_of
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -25,9 +31,9 @@ one is dropped, its ``traceparent`` kept."""
 TRACESTATE_MAX_MEMBERS = 32
 
 # Where a payload keeps a message's headers or attributes, and the names a traceparent goes by
-# there, in the order they are read: the one list of carriers (another, a CloudEvent's
-# ``traceparent`` extension in binary mode, is one more name here). Pub/Sub's client
-# libraries, with their OpenTelemetry option on, send theirs as ``googclient_traceparent``.
+# there, in the order they are read: the one list of the transports' carriers (a CloudEvent's
+# extension is read from the event's extra: of_cloudevent). Pub/Sub's client libraries, with
+# their OpenTelemetry option on, send theirs as ``googclient_traceparent``.
 _CARRIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("headers", (TRACEPARENT,)),
     ("message_attributes", (TRACEPARENT,)),
@@ -99,6 +105,17 @@ def carried(payload: Any) -> TraceContext | None:
             if context is not None:
                 return context
     return None
+
+
+def of_cloudevent(extra: Mapping[str, Any]) -> TraceContext | None:
+    """The trace context of the CloudEvent an event's ``extra`` holds (a watcher's or the REST
+    API's, :func:`triggerer.cloudevents.extensions_of`): its distributed tracing extension's
+    ``traceparent`` and ``tracestate``. ``None`` when it has none, or no valid one."""
+    extensions = extensions_of(extra)
+    traceparent = extensions.get(TRACEPARENT)
+    if traceparent is None or (valid := parse_traceparent(traceparent)) is None:
+        return None
+    return TraceContext(valid, parse_tracestate(extensions.get(TRACESTATE)))
 
 
 def of_http_headers(headers: Iterable[tuple[bytes, bytes]]) -> TraceContext | None:

@@ -19,6 +19,7 @@ from triggerer.backoff import Backoff
 from triggerer.connections import get_connection
 from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, WatchedAsset
+from watchers import cloudevents
 from watchers.clients import check_settings
 from watchers.filters import lookup
 from watchers.kafka import fetcher as kafka_fetcher
@@ -27,8 +28,8 @@ from watchers.kafka.client import (
     raise_unless_transient,
 )
 from watchers.payloads import decode_body
-from watchers.processing import ADDED_LATER, CountingTrigger, Processing
-from watchers.schemas.decoding import BodyFormat, Decoded, Undecodable
+from watchers.processing import ADDED_LATER, UNREADABLE, CountingTrigger, Processing
+from watchers.schemas.decoding import BodyFormat, Decoded
 from watchers.uris import split_uri
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ class KafkaTrigger(CountingTrigger):
     gains ``schema_id`` (``key_schema_id``). A message that cannot be decoded is a dead letter
     in the daemon's table at once (not the dead-letter topic: decoding it again would fail
     again); a registry that does not answer fails the watcher, the message unacknowledged.
+    A CloudEvent (:mod:`watchers.cloudevents`: ``ce_*`` headers, or a ``content-type`` of
+    ``application/cloudevents+json``, or a JSON value with ``specversion``) is keyed by its
+    ``source`` and ``id``; in binary mode its data is the value decoded by ``value_format``;
+    a malformed one is a dead letter of the daemon's table at once.
 
     In the daemon, watchers without a ``group_id`` read through one shared consumer per
     cluster and consumer settings (:mod:`watchers.kafka.fetcher`): each topic is fetched once
@@ -121,7 +126,8 @@ class KafkaTrigger(CountingTrigger):
     #: took effect.
     dead_lettered: int = dataclasses.field(default=0, init=False)
     acked: int = dataclasses.field(default=0, init=False)
-    #: Messages whose key or value could not be decoded (dead letters of the daemon's table).
+    #: Messages whose key or value could not be decoded, or that are malformed CloudEvents
+    #: (dead letters of the daemon's table).
     undecodable: int = dataclasses.field(default=0, init=False)
 
     _processing: Processing = dataclasses.field(init=False)
@@ -269,10 +275,11 @@ class KafkaTrigger(CountingTrigger):
     # -- handling one message
 
     async def _handle(self, record: ConsumerRecord[bytes, bytes], ack: _Ack) -> TriggerEvent | None:
-        """The event of ``record``; a dead letter when it cannot be decoded; ``None`` once it
-        is filtered or sent to the dead-letter topic."""
+        """The event of ``record``; a dead letter when it cannot be decoded or is a malformed
+        CloudEvent (processing it again fails again); ``None`` once it is filtered or sent to
+        the dead-letter topic."""
         self.messages += 1
-        key_format, value_format = self._key_format, self._processing.body_format
+        key_format = self._key_format
         try:
             # JSON, the default, is decoded here: no step through the event loop per message.
             key = (
@@ -280,12 +287,14 @@ class KafkaTrigger(CountingTrigger):
                 if key_format.plain
                 else await key_format.decode(record.key)
             )
-            value = (
-                Decoded(decode_body(record.value))
-                if value_format.plain
-                else await value_format.decode(record.value)
-            )
-        except Undecodable as error:
+            if self._processing.body_format.plain:
+                value = Decoded(decode_body(record.value))
+                cloudevent = cloudevents.KAFKA.recognise(record.headers, record.value)
+            else:
+                value, cloudevent = await self._processing.read(
+                    record.value, cloudevents.KAFKA, record.headers
+                )
+        except UNREADABLE as error:
             return self._undecodable(record, ack, error)
         try:
             event = self._process(record, ack, (key, value))
@@ -298,7 +307,7 @@ class KafkaTrigger(CountingTrigger):
             self.filtered += 1
             return None
         self.events += 1
-        return event
+        return cloudevents.with_cloudevent(event, cloudevent)
 
     def _process(
         self, record: ConsumerRecord[bytes, bytes], ack: _Ack, decoded: tuple[Decoded, Decoded]
@@ -347,10 +356,10 @@ class KafkaTrigger(CountingTrigger):
         return payload
 
     def _undecodable(
-        self, record: ConsumerRecord[bytes, bytes], ack: _Ack, error: Undecodable
+        self, record: ConsumerRecord[bytes, bytes], ack: _Ack, error: ValueError
     ) -> TriggerEvent:
-        """The dead letter of a message whose key or value cannot be decoded: its payload with
-        both as ``value_format="json"`` gives them."""
+        """The dead letter of a message whose key or value cannot be decoded, or that is a
+        malformed CloudEvent: its payload with both as ``value_format="json"`` gives them."""
         self.undecodable += 1
         log.warning(
             "kafka_message_undecodable",

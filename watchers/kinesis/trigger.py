@@ -25,11 +25,17 @@ import structlog
 from triggerer.backoff import backoff_s
 from triggerer.providers import Provider
 from triggerer.triggers import SourceMissing, TriggerEvent, WatchedAsset
+from watchers import cloudevents
 from watchers.first_start import STARTED, first_start
 from watchers.kinesis.sharing import ENDED, ENDED_MARK, ShardSharing, stored_state
 from watchers.payloads import decode_body
-from watchers.processing import ADDED_LATER, LaterOptionsTrigger, Processing, check_range
-from watchers.schemas.decoding import Undecodable
+from watchers.processing import (
+    ADDED_LATER,
+    UNREADABLE,
+    LaterOptionsTrigger,
+    Processing,
+    check_range,
+)
 from watchers.uris import split_uri
 
 if TYPE_CHECKING:
@@ -294,8 +300,8 @@ class KinesisTrigger(LaterOptionsTrigger):
             "fence": fence,
         }
         try:
-            payload = await self._processing.decoded(payload, record.get("Data"))
-        except Undecodable as error:
+            payload, cloudevent = await self._processing.decoded(payload, record.get("Data"))
+        except UNREADABLE as error:
             self.dead_lettered += 1
             log.warning("kinesis_record_undecodable", shard=shard_id, sequence_number=sequence)
             return TriggerEvent.of_decoded_json(payload, dead_letter=str(error), **common)
@@ -330,7 +336,8 @@ class KinesisTrigger(LaterOptionsTrigger):
             return None
         self.events += 1
         result, partition_key = prepared
-        return TriggerEvent.of_decoded_json(result, partition_key=partition_key, **common)
+        event = TriggerEvent.of_decoded_json(result, partition_key=partition_key, **common)
+        return cloudevents.with_cloudevent(event, cloudevent)
 
 
 # -- the Kinesis provider: kinesis:// URIs, and posting records

@@ -27,11 +27,11 @@ from triggerer.backoff import Backoff
 from triggerer.connections import get_connection
 from triggerer.providers import Provider
 from triggerer.triggers import TriggerEvent, WatchedAsset
+from watchers import cloudevents
 from watchers.clients import check_settings, require
 from watchers.mqtt.address import MqttAddress, parse_mqtt_uri
 from watchers.payloads import decode_body
-from watchers.processing import ADDED_LATER, CountingTrigger, Processing, check_range
-from watchers.schemas.decoding import Undecodable
+from watchers.processing import ADDED_LATER, UNREADABLE, CountingTrigger, Processing, check_range
 
 if TYPE_CHECKING:
     import aiomqtt
@@ -292,13 +292,15 @@ class MqttTrigger(CountingTrigger):
             if value is not None:
                 dedup_key = f"{payload['topic']}/{value}"
         try:
-            payload = await self._processing.decoded(payload, message.payload)
-        except Undecodable as error:
-            self.dead_lettered += 1
-            log.warning("mqtt_message_undecodable", topic=payload["topic"], error=str(error))
-            return TriggerEvent.of_decoded_json(
-                payload, dedup_key=dedup_key, ack=ack, dead_letter=str(error)
+            payload, cloudevent = await self._processing.decoded(
+                payload,
+                message.payload,
+                cloudevents.MQTT,
+                properties.items(),
+                payload["content_type"],
             )
+        except UNREADABLE as error:
+            return self._gave_up(payload, dedup_key, ack, str(error))
         failures = 0
         while True:
             try:
@@ -310,25 +312,29 @@ class MqttTrigger(CountingTrigger):
                 if failures < self.max_deliveries:
                     continue
                 reason = f"{type(error).__name__}: {error} (failed {failures} times)"
-                log.warning(
-                    "mqtt_message_dead_lettered",
-                    topic=payload["topic"],
-                    dedup_key=dedup_key,
-                    error=reason,
-                )
-                self.dead_lettered += 1
-                return TriggerEvent.of_decoded_json(
-                    payload, dedup_key=dedup_key, ack=ack, dead_letter=reason
-                )
+                return self._gave_up(payload, dedup_key, ack, reason)
             if prepared is None:
                 self.filtered += 1
                 return None
             self.events += 1
             result, partition_key = prepared
             # prepare() checked what an apply_function returned: the rest is decoded JSON.
-            return TriggerEvent.of_decoded_json(
+            event = TriggerEvent.of_decoded_json(
                 result, dedup_key=dedup_key, ack=ack, partition_key=partition_key
             )
+            return cloudevents.with_cloudevent(event, cloudevent)
+
+    def _gave_up(
+        self, payload: dict[str, Any], dedup_key: str | None, ack: _Ack, reason: str
+    ) -> TriggerEvent:
+        """The dead letter of a message."""
+        log.warning(
+            "mqtt_message_dead_lettered", topic=payload["topic"], dedup_key=dedup_key, error=reason
+        )
+        self.dead_lettered += 1
+        return TriggerEvent.of_decoded_json(
+            payload, dedup_key=dedup_key, ack=ack, dead_letter=reason
+        )
 
 
 def message_payload(message: aiomqtt.Message) -> tuple[dict[str, Any], dict[str, str]]:

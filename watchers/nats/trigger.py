@@ -19,14 +19,14 @@ import structlog
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider, SharedReaders
 from triggerer.triggers import BaseEventTrigger, SourceMissing, TriggerEvent, WatchedAsset
+from watchers import cloudevents
 from watchers.clients import require
 from watchers.first_start import FirstStart, first_start, started_key
 from watchers.nats import client as nats_client
 from watchers.nats.in_flight import InFlight, MessageAck
 from watchers.nats.pull import Pull, PullEnded
 from watchers.payloads import decode_body
-from watchers.processing import ADDED_LATER, CountingTrigger, Processing, check_range
-from watchers.schemas.decoding import Undecodable
+from watchers.processing import ADDED_LATER, UNREADABLE, CountingTrigger, Processing, check_range
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -364,9 +364,12 @@ class NatsTrigger(CountingTrigger):
                 f"delivered {delivered} times, more than max_deliveries={self.max_deliveries}, "
                 "without its event being stored",
             )
+        headers = message.headers
         try:
-            payload = await self._processing.decoded(payload, message.data)
-        except Undecodable as error:
+            payload, cloudevent = await self._processing.decoded(
+                payload, message.data, cloudevents.NATS, headers.items() if headers else ()
+            )
+        except UNREADABLE as error:
             return self._dead_letter(payload, key, ack, str(error))
         try:
             prepared = self._processing.prepare(payload)
@@ -390,13 +393,14 @@ class NatsTrigger(CountingTrigger):
         self.events += 1
         result, partition_key = prepared
         # prepare() checked what an apply_function returned: the rest is decoded JSON.
-        return TriggerEvent.of_decoded_json(
+        event = TriggerEvent.of_decoded_json(
             result,
             dedup_key=key,
             ack=ack,
             partition_key=partition_key,
             sent_at=metadata.timestamp.timestamp(),
         )
+        return cloudevents.with_cloudevent(event, cloudevent)
 
     def _dead_letter(
         self, payload: dict[str, Any], key: str, ack: MessageAck, reason: str

@@ -29,7 +29,7 @@ import structlog
 
 from triggerer.backoff import Backoff
 from triggerer.triggers import SourceMissing, TriggerEvent
-from watchers import shared_readers
+from watchers import cloudevents, shared_readers
 from watchers.clients import require
 from watchers.payloads import decode_body
 from watchers.pubsub.acks import HeldMessages
@@ -121,9 +121,9 @@ class ReaderSpec:
     key: str
     """Tells the reader from the other readers of the subscription; an instance with the same
     key takes the place of one the daemon gave up on."""
-    decode: Decode | None
+    decode: Decode
     """The reader's step decoding a message's data into its payload's ``body``
-    (``value_format``); ``None`` for JSON, which the payload holds already."""
+    (``value_format``) and finding the CloudEvent it is."""
     prepare: Callable[[Any], Prepared]
     """The reader's step from a message's payload to its event's payload and partition key
     (``None``: filtered out). It may raise: the message is then nacked, and dead-lettered at
@@ -349,19 +349,20 @@ class Puller(ReadingTasks):
         timestamp = message.message.publish_time
         sent_at = timestamp.seconds + timestamp.nanos / 1e9
         payload = message_payload(message)
-        if reader.spec.decode is not None:
-            decoded = await decoded_for(
-                reader, reader.spec.decode, payload, message.message.data, self._log
+        data, attributes = message.message.data, message.message.attributes
+        decoding = reader.spec.decode(
+            payload, data, cloudevents.PUBSUB, attributes.items() if len(attributes) else (), None
+        )
+        decoded = await decoded_for(reader, decoding, payload, self._log)
+        if decoded is None:
+            entry.missed = True
+            return None
+        payload, cloudevent, unreadable = decoded
+        if unreadable is not None:  # a dead letter at once: it stays unreadable
+            reader.stats.dead_lettered += 1
+            return TriggerEvent.of_decoded_json(
+                payload, dedup_key=key, ack=ack, sent_at=sent_at, dead_letter=unreadable
             )
-            if decoded is None:
-                entry.missed = True
-                return None
-            payload, undecodable = decoded
-            if undecodable is not None:  # a dead letter at once: it stays undecodable
-                reader.stats.dead_lettered += 1
-                return TriggerEvent.of_decoded_json(
-                    payload, dedup_key=key, ack=ack, sent_at=sent_at, dead_letter=undecodable
-                )
         try:
             prepared = reader.spec.prepare(payload)
         # A user's apply_function may raise anything: a bad message must not stop the watcher;
@@ -382,9 +383,10 @@ class Puller(ReadingTasks):
         reader.stats.events += 1
         payload, partition_key = prepared
         # prepare() checked what an apply_function returned: the rest is decoded JSON.
-        return TriggerEvent.of_decoded_json(
+        event = TriggerEvent.of_decoded_json(
             payload, dedup_key=key, ack=ack, partition_key=partition_key, sent_at=sent_at
         )
+        return cloudevents.with_cloudevent(event, cloudevent)
 
     def _ack_of(self, reader: Reader, token: object, entry: Held) -> Callable[[], Awaitable[None]]:
         async def ack() -> None:

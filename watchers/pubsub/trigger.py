@@ -153,7 +153,7 @@ class PubSubTrigger(SharedReaderTrigger):
             emulator_host=kwargs["emulator_host"],
             connection=kwargs["connection"],
             key=self.reader_key,
-            decode=None if self._processing.body_format.plain else self._processing.decoded,
+            decode=self._processing.decoded,
             prepare=self._processing.prepare,
             **self.options(pubsub_puller.PULLER_OPTIONS),
         )

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from triggerer.triggers import TriggerEvent
-from watchers import shared_readers
+from watchers import cloudevents, shared_readers
 from watchers.rabbitmq.address import dedup_key, stream_offset_of
 from watchers.shared_readers import ReaderFailure, decoded_for
 
@@ -58,8 +58,8 @@ class ReaderSpec:
     #: The payload of a message as the reader's filter sees it (before ``apply_function``).
     payload: Callable[[AbstractIncomingMessage], Any]
     #: The reader's step decoding a message's body into that payload's ``body``
-    #: (``value_format``); ``None`` for JSON, which the payload holds already.
-    decode: Decode | None
+    #: (``value_format``) and finding the CloudEvent it is.
+    decode: Decode
     #: The reader's step from that payload to the event's payload and partition key (``None``:
     #: filtered out). It may raise: the message is then redelivered, dead-lettered at last.
     prepare: Callable[[Any], Prepared]
@@ -253,16 +253,20 @@ class Readers(Mapping[str, Reader]):
             if offset <= self._floors.get(reader.key, -1):
                 return  # its event is stored already: read again only to resume there
         payload = reader.spec.payload(message)
-        dead_letter = None
-        if reader.spec.decode is not None:
-            decoded = await decoded_for(
-                reader, reader.spec.decode, payload, message.body, self._log
-            )
-            if decoded is None:
-                entry.handed.discard(reader.key)  # held for its next instance, or goes back
-                return
-            # Undecodable: a dead letter at once, since it stays undecodable.
-            payload, dead_letter = decoded
+        headers = message.headers
+        decoding = reader.spec.decode(
+            payload,
+            message.body,
+            cloudevents.AMQP,
+            headers.items() if headers else (),
+            message.content_type,
+        )
+        decoded = await decoded_for(reader, decoding, payload, self._log)
+        if decoded is None:
+            entry.handed.discard(reader.key)  # held for its next instance, or goes back
+            return
+        # Unreadable: a dead letter at once, since it stays unreadable.
+        payload, cloudevent, dead_letter = decoded
         try:
             prepared = (payload, None) if dead_letter else reader.spec.prepare(payload)
         # A user's apply_function may raise anything: a bad message must not stop the watcher;
@@ -296,6 +300,7 @@ class Readers(Mapping[str, Reader]):
             dead_letter=dead_letter,
             checkpoint=None if offset is None else (reader.spec.checkpoint_key, str(offset)),
         )
+        event = cloudevents.with_cloudevent(event, cloudevent)
         if dead_letter is None:
             stats.events += 1
         else:

@@ -220,7 +220,7 @@ class RabbitMqTrigger(SharedReaderTrigger):
             connection=kwargs["connection"],
             key=self.reader_key,
             payload=message_payload,
-            decode=None if self._processing.body_format.plain else self._processing.decoded,
+            decode=self._processing.decoded,
             prepare=self._processing.prepare,
             checkpoint_key=checkpoint_key(self.location, self.reader),
             **self.options(rabbitmq_consumer.CONSUMER_OPTIONS),

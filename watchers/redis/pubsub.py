@@ -19,8 +19,9 @@ import structlog
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider
 from triggerer.triggers import TriggerEvent, WatchedAsset
+from watchers import cloudevents
 from watchers.payloads import decode_body
-from watchers.processing import ADDED_LATER, CountingTrigger, Processing
+from watchers.processing import ADDED_LATER, UNREADABLE, CountingTrigger, Processing
 from watchers.redis.address import (
     DEFAULT_REDIS_PORT,
     RedisAddress,
@@ -30,7 +31,6 @@ from watchers.redis.address import (
     pipelined,
     transient_errors,
 )
-from watchers.schemas.decoding import Undecodable
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -154,8 +154,8 @@ class RedisPubSubTrigger(CountingTrigger):
         self.messages += 1
         payload = {"channel": self.channel, "body": decode_body(data), "received_at": time.time()}
         try:
-            payload = await self._processing.decoded(payload, data)
-        except Undecodable as error:
+            payload, cloudevent = await self._processing.decoded(payload, data)
+        except UNREADABLE as error:
             log.warning("redis_pubsub_message_undecodable", channel=self.channel, error=str(error))
             return TriggerEvent.of_decoded_json(payload, dead_letter=str(error))
         try:
@@ -177,7 +177,8 @@ class RedisPubSubTrigger(CountingTrigger):
         self.events += 1
         result, partition_key = prepared
         # prepare() checked what an apply_function returned: the rest is decoded JSON.
-        return TriggerEvent.of_decoded_json(result, partition_key=partition_key)
+        event = TriggerEvent.of_decoded_json(result, partition_key=partition_key)
+        return cloudevents.with_cloudevent(event, cloudevent)
 
 
 # -- the provider: redis+pubsub:// URIs, and PUBLISH for `triggerer post redis-pubsub`

@@ -15,10 +15,11 @@ import structlog
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider
 from triggerer.triggers import TriggerEvent, WatchedAsset
+from watchers import cloudevents
 from watchers.clients import require
 from watchers.first_start import FirstStart, first_start, started_key
 from watchers.payloads import decode_body
-from watchers.processing import ADDED_LATER, CountingTrigger, Processing, check_range
+from watchers.processing import ADDED_LATER, UNREADABLE, CountingTrigger, Processing, check_range
 from watchers.redis.address import (
     DEFAULT_REDIS_PORT,
     RedisAddress,
@@ -30,7 +31,6 @@ from watchers.redis.address import (
 )
 from watchers.redis.stream_group import EntryAck, StreamGroupReader
 from watchers.redis.stream_group import RedisStreamMissing as RedisStreamMissing
-from watchers.schemas.decoding import Undecodable
 
 log = structlog.get_logger(__name__)
 
@@ -251,8 +251,10 @@ class RedisStreamTrigger(CountingTrigger):
                 f"{self.max_deliveries}, without its event being stored",
             )
         try:
-            payload = await self._processing.decoded(payload, fields.get(self.body_field.encode()))
-        except Undecodable as error:
+            payload, cloudevent = await self._processing.decoded(
+                payload, fields.get(self.body_field.encode())
+            )
+        except UNREADABLE as error:
             return self._dead_letter(payload, key, ack, str(error))
         try:
             prepared = self._processing.prepare(payload)
@@ -286,9 +288,10 @@ class RedisStreamTrigger(CountingTrigger):
         self.events += 1
         result, partition_key = prepared
         # prepare() checked what an apply_function returned: the rest is decoded JSON.
-        return TriggerEvent.of_decoded_json(
+        event = TriggerEvent.of_decoded_json(
             result, dedup_key=key, ack=ack, partition_key=partition_key, sent_at=sent_at
         )
+        return cloudevents.with_cloudevent(event, cloudevent)
 
     def _dead_letter(
         self, payload: dict[str, Any], key: str, ack: EntryAck, reason: str

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from triggerer.cloudevents import MalformedCloudEvent
 from triggerer.triggers import TriggerEvent
-from watchers import shared_readers
+from watchers import cloudevents, shared_readers
 from watchers.shared_readers import (
     BufferedReader,
     ExpectedReaders,
@@ -44,6 +45,7 @@ from watchers.sqs.deletes import BatchedDeletes
 from watchers.sqs.in_flight import InFlightMessages
 
 if TYPE_CHECKING:
+    from triggerer.cloudevents import CloudEvent
     from watchers.processing import Prepared
     from watchers.sqs.address import SqsQueue
     from watchers.sqs.in_flight import InFlight
@@ -69,6 +71,12 @@ sharing = _SHARING.sharing
 current = _SHARING.current
 
 
+def _cloudevent(message: dict[str, Any]) -> CloudEvent | None:
+    """The CloudEvent a received message's body is, if any: SQS has no binding, so structured
+    mode alone."""
+    return cloudevents.BODY.recognise(body=message.get("Body"))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class ReaderSpec:
     """What a session needs of one reader (an SqsTrigger): the queue and how to poll it, and how
@@ -83,6 +91,8 @@ class ReaderSpec:
     #: The reader's step from a received message to its payload and partition key (``None``:
     #: filtered out). It may raise: the message is then retried, and dead-lettered at last.
     prepare: Callable[[dict[str, Any]], Prepared]
+    #: The payload of a received message as it is, for its dead letter.
+    payload: Callable[[dict[str, Any]], Any]
     #: One event per receive (its messages' payloads under ``message_batch``) per partition key.
     batch: bool
     # The poller options (POLLER_OPTIONS): the first reader's are the session's.
@@ -417,9 +427,17 @@ class _SqsSession(ReadingTasks):
         self, reader: Reader, messages: list[dict[str, Any]], held: list[InFlight]
     ) -> list[tuple[TriggerEvent, object, list[InFlight]]]:
         """The reader's events of the messages that pass, with their ack tokens and messages;
-        filtered and failing messages are done for this reader."""
-        kept: list[tuple[Any, str | None, InFlight]] = []
+        filtered and failing messages are done for this reader. A malformed CloudEvent is a
+        dead letter at once (a batch's messages are not read as CloudEvents)."""
+        kept: list[tuple[Any, str | None, InFlight, CloudEvent | None]] = []
+        letters = []
         for message, entry in zip(messages, held, strict=True):
+            try:
+                cloudevent = None if reader.spec.batch else _cloudevent(message)
+            except MalformedCloudEvent as error:
+                payload = reader.spec.payload(message)
+                letters.append(self._event(reader, payload, None, [entry], dead_letter=str(error)))
+                continue
             try:
                 prepared = reader.spec.prepare(message)
             # A user's transform may raise anything: a bad message must not stop the watcher;
@@ -431,13 +449,16 @@ class _SqsSession(ReadingTasks):
                 reader.stats.filtered += 1
                 continue
             payload, partition_key = prepared
-            kept.append((payload, partition_key, entry))
+            kept.append((payload, partition_key, entry, cloudevent))
         if not reader.spec.batch:
-            return [self._event(reader, payload, key, [entry]) for payload, key, entry in kept]
+            return letters + [
+                self._event(reader, payload, key, [entry], cloudevent=cloudevent)
+                for payload, key, entry, cloudevent in kept
+            ]
         groups: dict[str | None, list[tuple[Any, InFlight]]] = {}
-        for payload, key, entry in kept:
+        for payload, key, entry, _ in kept:
             groups.setdefault(key, []).append((payload, entry))
-        return [
+        return letters + [
             self._event(
                 reader,
                 {"message_batch": [payload for payload, _ in items]},
@@ -448,7 +469,14 @@ class _SqsSession(ReadingTasks):
         ]
 
     def _event(
-        self, reader: Reader, payload: Any, partition_key: str | None, entries: list[InFlight]
+        self,
+        reader: Reader,
+        payload: Any,
+        partition_key: str | None,
+        entries: list[InFlight],
+        *,
+        cloudevent: CloudEvent | None = None,
+        dead_letter: str | None = None,
     ) -> tuple[TriggerEvent, object, list[InFlight]]:
         ids = ",".join(entry.message_id for entry in entries)
         token = object()
@@ -459,10 +487,12 @@ class _SqsSession(ReadingTasks):
         sent = [entry.sent_at for entry in entries if entry.sent_at is not None]
         event = TriggerEvent(
             payload,
-            dedup_key=f"{self._name}/{ids}",
+            dedup_key=f"{self._name}/{ids}" if cloudevent is None else cloudevent.dedup_key,
             ack=ack,
             partition_key=partition_key,
             sent_at=min(sent, default=None),  # a batch: since its oldest message
+            dead_letter=dead_letter,
+            cloudevent=cloudevent,
         )
         return event, token, entries
 

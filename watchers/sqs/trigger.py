@@ -146,6 +146,7 @@ class SqsTrigger(SharedReaderTrigger):
             connection=kwargs["connection"],
             key=self.reader_key,
             prepare=self._prepare,
+            payload=message_payload,
             batch=kwargs["batch"],
             **self.options(sqs_session.POLLER_OPTIONS),
         )

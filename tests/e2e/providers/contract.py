@@ -10,20 +10,24 @@ A provider's test module subclasses :class:`ProviderContract` and gives two fixt
 
 Each test makes its own :class:`Source` (a new stream, queue, subscription or topic) and
 watches it with ``MessageQueueTrigger(queue=source.uri, **source.options)``. Message bodies are
-JSON objects; every provider's payload holds the decoded body in ``"body"``.
+JSON objects; every provider's payload holds the decoded body in ``"body"``. A provider whose
+messages carry headers gives ``Source.send_binary``, which sends a CloudEvent in binary mode
+under its binding's names.
 """
 
 from __future__ import annotations
 
 import abc
 import json
+import re
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -79,6 +83,10 @@ class Source:
     """The trigger's other options (a connection's name, a delivery limit, ...)."""
     connections: dict[str, dict[str, Any]] = field(default_factory=dict)
     """``[connections.NAME]`` sections the config file must hold."""
+    send_binary: Callable[[Mapping[str, str], bytes], Awaitable[None]] | None = None
+    """Posts one CloudEvent in binary mode: its attributes (by their names; the provider
+    writes them as its binding does) and its data, JSON (the content type says so); ``None``
+    when the provider reads CloudEvents in structured mode only."""
 
 
 class Broker(abc.ABC):
@@ -114,15 +122,18 @@ stream = Asset("stream", watchers=[AssetWatcher(
 """
 
 
-def daemon(tmp_path: Path, database_url: str, source: Source) -> DaemonProcess:
+def daemon(
+    tmp_path: Path, database_url: str, source: Source, *, api: bool = False
+) -> DaemonProcess:
     """``triggerer run --config FILE`` for the pipelines in ``tmp_path / "pipelines"``, not
-    started yet; no Spark (the tests run no pipeline) and no API."""
+    started yet; no Spark (the tests run no pipeline), and the API only with ``api`` (open, on
+    a free loopback port: see ``tests.e2e.test_api.api_url``)."""
     sections: dict[str, dict[str, Any]] = {
         "database": {"url": database_url},
         "pipelines": {"dir": str(tmp_path / "pipelines"), "reload_interval_s": 0.2},
         "daemon": {"heartbeat_interval_s": 0.5},
         "logging": {"format": "json"},
-        "api": {"enabled": False},
+        "api": {"enabled": True, "port": 0, "tokens": []} if api else {"enabled": False},
         **{f"connections.{name}": values for name, values in source.connections.items()},
     }
     config = write_config(tmp_path / "triggerer.toml", sections)
@@ -143,6 +154,35 @@ async def send_numbered(source: Source, start: int, stop: int, *, batch: int = 5
 
 async def stored(database_url: str) -> int:
     return await wait_for(database_url, lambda s: event_count(s, "stream"), lambda _: True)
+
+
+CLOUDEVENT_SOURCE = "https://shop.example/orders"
+
+
+def cloudevent_attributes(event_id: str) -> dict[str, str]:
+    """The required attributes of a CloudEvent of the tests' source."""
+    return {
+        "specversion": "1.0",
+        "id": event_id,
+        "source": CLOUDEVENT_SOURCE,
+        "type": "com.example.order.created",
+    }
+
+
+async def duplicates_reach(
+    api: str, count: int, *, token: str | None = None, timeout_s: float = WAIT_TIMEOUT_S
+) -> None:
+    """Wait until the daemon whose API is at ``api`` has kept ``count`` events out by their
+    dedup keys (its metric ``triggerer_event_duplicates_total``)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with anyio.fail_after(timeout_s):
+        async with httpx.AsyncClient(headers=headers) as client:
+            while True:
+                text = (await client.get(f"{api}/metrics")).text
+                found = re.search(r"^triggerer_event_duplicates_total (\S+)$", text, re.M)
+                if found and float(found[1]) >= count:
+                    return
+                await anyio.sleep(0.2)
 
 
 async def dead_letter_count(session: AsyncSession) -> int:
@@ -334,3 +374,58 @@ class ProviderContract:
             watcher = watchers[f"bad{number}_queue"]
             assert watcher["state"] == "failed", (uri, watcher)
             assert named in watcher["last_error"], (uri, watcher)
+
+    @pytest.mark.timeout(180)
+    @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+    async def test_a_cloudevent_is_one_event_by_its_source_and_id(
+        self, broker: Broker, tmp_path: Path, database_url: str
+    ) -> None:
+        """Structured mode (a body alone) on every provider, binary mode where it has headers:
+        each CloudEvent is one event however often and however it came; a malformed one is a
+        dead letter naming the attribute, and the next message flows."""
+        from tests.e2e.test_api import api_url  # the test module that reads the API's address
+
+        source = await broker.source()
+        write_pipelines(tmp_path / "pipelines", watching(source))
+        first = json.dumps({**cloudevent_attributes("order-1"), "data": {"i": 1}})
+        no_source = {**cloudevent_attributes("order-0"), "data": {"i": 0}}
+        del no_source["source"]
+        ids, copies = ["order-1", None], 1
+        with daemon(tmp_path, database_url, source, api=True) as process:
+            process.start()
+            await process.wait_logged("pipelines_loaded")
+            await process.wait_logged("api_listening")
+            await source.send([first, first, json.dumps(no_source), json.dumps({"i": 2})])
+            if source.send_binary is not None:  # a copy of order-1, and order-3
+                await source.send_binary(cloudevent_attributes("order-1"), b'{"i": 1}')
+                await source.send_binary(cloudevent_attributes("order-3"), b'{"i": 3}')
+                ids, copies = [*ids, "order-3"], 2
+            await wait_for(
+                database_url,
+                lambda s: event_count(s, "stream"),
+                lambda n: n >= len(ids),
+                timeout_s=120,
+            )
+            await wait_for(database_url, dead_letter_count, lambda n: n >= 1, timeout_s=120)
+            await duplicates_reach(api_url(process), copies)  # every copy read, and kept out
+            letters = await listed(process, "events", "dead-letters")
+            events = await wait_for(database_url, lambda s: events_of(s, "stream"), bool)
+            assert process.process is not None
+            assert process.process.poll() is None, process.tail()
+        by_id = {
+            event.extra["cloudevent"]["id"] if "cloudevent" in event.extra else None: event
+            for event in events
+        }
+        assert sorted(by_id, key=str) == sorted(ids, key=str)
+        assert len(events) == len(ids)
+        assert by_id["order-1"].extra["cloudevent"]["data"] == {"i": 1}
+        assert by_id["order-1"].extra["cloudevent"]["source"] == CLOUDEVENT_SOURCE
+        assert by_id[None].extra["payload"]["body"] == {"i": 2}
+        if "order-3" in by_id:
+            cloudevent = by_id["order-3"].extra["cloudevent"]
+            assert (cloudevent["data"], cloudevent["datacontenttype"]) == (
+                {"i": 3},
+                "application/json",
+            )
+        [letter] = letters
+        assert "CloudEvent attribute 'source' is missing" in letter["reason"]

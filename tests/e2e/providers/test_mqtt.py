@@ -9,7 +9,7 @@ subscribe after the test has begun to send.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import aiomqtt
@@ -43,7 +43,16 @@ class Mosquitto(Broker):
         async def post(bodies: Sequence[str]) -> None:
             await send(uri, list(bodies))
 
-        return Source(uri=uri, send=post)
+        async def send_binary(attributes: Mapping[str, str], data: bytes) -> None:
+            properties = Properties(PacketTypes.PUBLISH)
+            properties.UserProperty = [*attributes.items(), ("message-id", uuid.uuid4().hex)]
+            properties.ContentType = "application/json"
+            async with aiomqtt.Client(
+                "127.0.0.1", self.port, protocol=aiomqtt.ProtocolVersion.V5
+            ) as client:
+                await client.publish(uri.split("/", 3)[3], data, qos=1, properties=properties)
+
+        return Source(uri=uri, send=post, send_binary=send_binary)
 
     def bad_uris(self) -> list[tuple[str, str]]:
         return [

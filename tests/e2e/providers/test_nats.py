@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import anyio
+import nats
 import pytest
 
 from tests.e2e.daemon import event_count, events_of, wait_for, write_pipelines
@@ -66,11 +68,21 @@ class NatsBroker(Broker):
         async def send(bodies: Sequence[str]) -> None:
             await PROVIDER.send(subject_uri, list(bodies))
 
+        async def send_binary(attributes: Mapping[str, str], data: bytes) -> None:
+            headers = {f"ce-{key}": quote(value) for key, value in attributes.items()}
+            headers |= {"ce-datacontenttype": "application/json", "Nats-Msg-Id": uuid.uuid4().hex}
+            client = await nats.connect(f"nats://{self.servers}")
+            try:
+                await client.jetstream().publish(f"{name}.in", data, stream=name, headers=headers)
+            finally:
+                await client.close()
+
         # A short ack wait: a message held by the killed daemon comes back soon.
         return Source(
             uri=f"nats://{self.servers}/{name}/{name}.%3E",
             send=send,
             options={"ack_wait_s": 5, "fetch_wait_s": 1},
+            send_binary=send_binary,
         )
 
     def bad_uris(self) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ the contract's restart test waits until those it sent first are stored.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,7 +48,14 @@ class PubSubEmulator(Broker):
         async def post(bodies: Sequence[str]) -> None:
             await send(uri, bodies, emulator_host=self.host)
 
-        return Source(uri=uri, send=post, options={"emulator_host": self.host})
+        async def send_binary(attributes: Mapping[str, str], data: bytes) -> None:
+            named = {f"ce-{name}": value for name, value in attributes.items()}
+            named["content-type"] = "application/json"
+            await send(uri, [data], attributes=named, emulator_host=self.host)
+
+        return Source(
+            uri=uri, send=post, options={"emulator_host": self.host}, send_binary=send_binary
+        )
 
     def bad_uris(self) -> list[tuple[str, str]]:
         return [

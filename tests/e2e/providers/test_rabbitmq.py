@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import signal
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import aio_pika
 import anyio
 import pytest
 
@@ -58,7 +59,20 @@ class RabbitMq(Broker):
         async def post(bodies: Sequence[str]) -> None:
             await send(uri, bodies)
 
-        return Source(uri=uri, send=post)
+        async def send_binary(attributes: Mapping[str, str], data: bytes) -> None:
+            message = aio_pika.Message(
+                data,
+                message_id=str(uuid.uuid4()),
+                content_type="application/json",
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                headers={f"cloudEvents:{key}": value for key, value in attributes.items()},
+            )
+            connection = await aio_pika.connect(f"amqp://guest:guest@{self.address}/")
+            async with connection:
+                channel = await connection.channel(publisher_confirms=True)
+                await channel.default_exchange.publish(message, routing_key=name)
+
+        return Source(uri=uri, send=post, send_binary=send_binary)
 
     def bad_uris(self) -> list[tuple[str, str]]:
         return [

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest_asyncio
 from fastapi import FastAPI
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from triggerer.service.api import ApiContext, create_app
@@ -17,7 +18,7 @@ from triggerer.service.config import Settings
 from triggerer.service.events import Recorded  # noqa: TC001 - a dataclass field's type, read at run time
 from triggerer.service.loader import load_pipelines
 from triggerer.service.scheduling.registry import Registry, sync_definitions
-from triggerer.service.store import create_engine, session_factory
+from triggerer.service.store import create_engine, models, session_factory
 
 BASE_URL = "http://api/api/v1"
 TOKEN = "t0ken-for-tests-only"  # noqa: S105 - a token the tests configure
@@ -94,6 +95,17 @@ class Api:
         """A client of the same app sending ``headers`` (and no token unless among them)."""
         transport = httpx.ASGITransport(app=self.app)
         return httpx.AsyncClient(transport=transport, base_url=BASE_URL, headers=headers)
+
+    async def trace_context(self, event_id: int) -> tuple[str | None, str | None]:
+        """The ``traceparent`` and ``tracestate`` stored with an event."""
+        async with self.sessions() as session:
+            row = await session.execute(
+                select(models.AssetEvent.traceparent, models.AssetEvent.tracestate).where(
+                    models.AssetEvent.id == event_id
+                )
+            )
+            parent, state = row.one()
+            return parent, state
 
 
 def api_settings(database_url: str, tmp_path: Path, tokens: tuple[str, ...]) -> Settings:

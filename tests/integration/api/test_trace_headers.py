@@ -7,25 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from sqlalchemy import select
-
-from triggerer.service.store import models
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-async def _stored(api: Api, event_id: int) -> tuple[str | None, str | None]:
-    async with api.sessions() as session:
-        row = await session.execute(
-            select(models.AssetEvent.traceparent, models.AssetEvent.tracestate).where(
-                models.AssetEvent.id == event_id
-            )
-        )
-        parent, state = row.one()
-        return parent, state
 
 
 # application/json is answered ahead of FastAPI's routing (event_posts.py); another JSON type
@@ -50,4 +36,4 @@ async def test_a_posted_event_keeps_its_requests_trace_context(
         headers={"Content-Type": content_type, **headers},
     )
     assert response.status_code == 201, response.text
-    assert await _stored(api, response.json()["id"]) == stored
+    assert await api.trace_context(response.json()["id"]) == stored

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
 from tests.fixtures.ingest import watched_inbox
+from triggerer.cloudevents import of_json
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.daemon.service import POSTGRESQL_COMMITS_IN_FLIGHT
 from triggerer.service.store import models, session_factory
@@ -154,6 +155,42 @@ async def test_a_stored_key_met_by_another_message_is_logged_and_a_redelivery_is
     assert warning["watchers"] == ["orders/inbox"]
     assert warning["dedup_key"] == "orders/0/2"
     assert warning["stored_at"] < warning["received_at"]
+
+
+async def test_a_cloudevent_is_in_the_extra_and_its_copies_are_one_event(
+    migrated_engine: AsyncEngine, tmp_path: Path
+) -> None:
+    sessions = session_factory(migrated_engine)
+    watched = await watched_inbox(sessions, tmp_path, PIPELINES)
+    document = {"specversion": "1.0", "id": "7", "source": "/shop", "type": "order", "data": 1}
+    cloudevent = of_json(document)
+    # The same CloudEvent in three messages (their payloads differ), then another one that
+    # reuses its source and id.
+    events = [
+        TriggerEvent({"offset": n}, dedup_key=cloudevent.dedup_key, cloudevent=cloudevent)
+        for n in range(3)
+    ]
+    reused = of_json({**document, "data": 2})
+    events.append(TriggerEvent({"offset": 3}, dedup_key=reused.dedup_key, cloudevent=reused))
+    send, receive = anyio.create_memory_object_stream[Delivery](10)
+    with send:
+        for event in events:
+            send.send_nowait((watched, event))
+    ingest = Ingest(sessions, lambda _: None, batch_size=2)
+    with anyio.fail_after(30), capture_logs() as logs:
+        await ingest.run(receive)
+
+    assert (await _events(sessions), ingest.duplicates) == (1, 3)
+    async with sessions() as session:
+        [stored] = (await session.scalars(select(models.AssetEvent))).all()
+    assert stored.extra == {
+        "from_trigger": True,
+        "payload": {"offset": 0},
+        "cloudevent": cloudevent.extra,
+    }
+    assert stored.dedup_key == 'cloudevent:["/shop","7"]'
+    [warning] = [log for log in logs if log["event"] == "duplicate_key_other_message"]
+    assert warning["dedup_key"] == stored.dedup_key
 
 
 def _allow_connections(server: URL, database: str, allowed: bool) -> None:

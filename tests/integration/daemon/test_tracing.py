@@ -1,6 +1,7 @@
 """Trace context through ingest on the real store, and the spans ``[tracing]`` exports to an
-OTLP/HTTP receiver: each event keeps the context its message carried (tracing on or off), a
-batch's span links each message's context, a run's span links each event it consumed."""
+OTLP/HTTP receiver: each event keeps the context its message carried (tracing on or off), or
+its CloudEvent's tracing extension, a batch's span links each message's context, a run's span
+links each event it consumed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.fixtures.ingest import ingest_all, watched_inbox
+from triggerer.cloudevents import of_json
 from triggerer.service.config import TracingSettings
 from triggerer.service.daemon.ingest import Delivery, Ingest
 from triggerer.service.store import models, session_factory
@@ -36,6 +38,16 @@ PAYLOADS: dict[str, Any] = {
     "mqtt-like": {"body": 3, "user_properties": {"traceparent": T2}},
     "invalid": {"value": 4, "headers": {"traceparent": "00-not-a-context"}},
     "none": {"value": 5, "headers": {}},
+    # CloudEvents (below): their tracing extension when the transport carried no context.
+    "cloudevent": {"value": 6, "headers": {"ce_traceparent": T2, "ce_tracestate": "congo=2"}},
+    "cloudevent-and-transport": {"value": 7, "headers": {"traceparent": T1}},
+}
+CLOUDEVENTS = {
+    key: of_json({"specversion": "1.0", "id": key, "source": "/s", "type": "t", **extensions})
+    for key, extensions in {
+        "cloudevent": {"traceparent": T2, "tracestate": "congo=2"},
+        "cloudevent-and-transport": {"traceparent": T2},
+    }.items()
 }
 STORED = {
     "kafka-like": (T1, "rojo=1"),
@@ -43,6 +55,8 @@ STORED = {
     "mqtt-like": (T2, None),
     "invalid": (None, None),
     "none": (None, None),
+    "cloudevent": (T2, "congo=2"),
+    "cloudevent-and-transport": (T1, None),
 }
 
 
@@ -60,7 +74,8 @@ async def _ingest(
     sessions = session_factory(engine)
     watched = await watched_inbox(sessions, tmp_path)
     deliveries: list[Delivery] = [
-        (watched, TriggerEvent(payload, dedup_key=key)) for key, payload in PAYLOADS.items()
+        (watched, TriggerEvent(payload, dedup_key=key, cloudevent=CLOUDEVENTS.get(key)))
+        for key, payload in PAYLOADS.items()
     ]
     ingest = Ingest(sessions, lambda recorded: None, batch_size=100, tracing=tracing)
     await ingest_all(ingest, deliveries)
@@ -94,7 +109,7 @@ async def test_a_batch_is_a_consumer_span_linking_each_messages_context(
     assert span.attributes == {
         "messaging.operation.type": "process",
         "messaging.operation.name": "ingest",
-        "messaging.batch.message_count": 5,
+        "messaging.batch.message_count": 7,
         "messaging.system": "file",
         "messaging.destination.name": str(tmp_path / "inbox"),
     }
@@ -105,6 +120,8 @@ async def test_a_batch_is_a_consumer_span_linking_each_messages_context(
         (_ids(T1), "rojo=1", {}, 0x301),
         (_ids(FROM_XRAY), "", {}, 0x301),
         (_ids(T2), "", {}, 0x300),
+        (_ids(T2), "congo=2", {}, 0x300),
+        (_ids(T1), "", {}, 0x301),
     ]
     assert span.dropped_links == 0
     assert span.resource["service.name"] == "triggerer"

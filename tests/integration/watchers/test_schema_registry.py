@@ -1,5 +1,6 @@
 """Decoding through real registries: the tests' Confluent-speaking one
-(:mod:`tests.fixtures.schema_registry`) and AWS Glue's in moto; and the providers besides Kafka
+(:mod:`tests.fixtures.schema_registry`) and AWS Glue's in moto; Kafka's CloudEvents in either
+mode with a registry's format; and the providers besides Kafka
 (Redis Streams, NATS JetStream, Kinesis, Pub/Sub on its emulator, RabbitMQ) decoding through
 the same step (:mod:`watchers.schemas.decoding`), Pub/Sub's and RabbitMQ's readers shared by
 watchers of one source failing only the watcher whose registry does not answer."""
@@ -30,6 +31,7 @@ from tests.fixtures.schema_registry import (
     proto_class,
 )
 from tests.fixtures.triggers import running, take, until
+from tests.integration.watchers.test_kafka import produce, trigger_for
 from triggerer import connections
 from triggerer.triggers import BaseEventTrigger, TriggerEvent, load_trigger
 from watchers import MessageQueueTrigger, PubSubTrigger, RabbitMqTrigger
@@ -209,6 +211,53 @@ async def test_a_connection_of_another_type_is_refused(
     named_connections["glue"]["colour"] = "red"
     with pytest.raises(ValueError, match="settings schema_registry \\(AWS Glue\\) does not know"):
         BodyFormat("avro", "glue").load()
+
+
+async def test_kafka_cloudevents_with_a_registrys_value_format(
+    kafka_broker: str, kafka_topic: str, schema_registry: FakeRegistry
+) -> None:
+    # In binary mode the record decoded is the CloudEvent's data; in structured mode the JSON
+    # body is the event, the registry not asked; a malformed one is a dead letter, no schema
+    # fetched for it.
+    schema_id = schema_registry.register("orders-value", ORDER)
+    attributes = [("ce_specversion", b"1.0"), ("ce_source", b"/shop"), ("ce_type", b"order")]
+    document = {"specversion": "1.0", "id": "2", "source": "/shop", "type": "order", "data": 2}
+    await produce(
+        kafka_broker,
+        kafka_topic,
+        [
+            {
+                "value": confluent(schema_id, avro_record(ORDER, {"id": 1, "total": 1.5})),
+                "headers": [*attributes, ("ce_id", b"1"), ("content-type", b"application/avro")],
+            },
+            {
+                "value": json.dumps(document).encode(),
+                "headers": [("content-type", b"application/cloudevents+json")],
+            },
+            {"value": confluent(4040, b"\x01"), "headers": attributes},  # no ce_id
+        ],
+    )
+    trigger = trigger_for(
+        kafka_broker, kafka_topic, value_format="avro", schema_registry=schema_registry.url
+    )
+    async with running(trigger) as events:
+        binary, structured, malformed = await take(events, 3)
+
+    assert binary.cloudevent is not None
+    assert (binary.cloudevent.id, binary.cloudevent.data) == ("1", {"id": 1, "total": 1.5})
+    assert (binary.payload["value"], binary.payload["schema_id"]) == (
+        {"id": 1, "total": 1.5},
+        schema_id,
+    )
+    assert binary.dedup_key == binary.cloudevent.dedup_key
+    assert structured.cloudevent is not None
+    assert (structured.cloudevent.id, structured.cloudevent.data) == ("2", 2)
+    assert structured.payload["value"] == document
+    assert "schema_id" not in structured.payload
+    assert malformed.dead_letter == "CloudEvent attribute 'id' is missing"
+    fetched = [request for request in schema_registry.requests if request.startswith("GET")]
+    assert fetched == [f"GET /schemas/ids/{schema_id}"]
+    assert trigger.undecodable == 1
 
 
 # -- the providers besides Kafka

@@ -25,6 +25,7 @@ from triggerer.service.api import (
     activity,
     assets,
     audit,
+    cloudevents,
     events,
     health,
     import_errors,
@@ -65,6 +66,7 @@ def create_app(context: ApiContext) -> FastAPI:
     app.state.context = context
     app.include_router(health.open_router, prefix=PREFIX)
     for module in (
+        cloudevents,  # before assets: its route takes the CloudEvents posted to /assets/events
         assets,
         pipelines,
         import_errors,

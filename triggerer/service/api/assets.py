@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, status
 
 from triggerer.service import actions, replay
+from triggerer.service.api import cloudevents
 from triggerer.service.api.context import Caller, Context, requires
 from triggerer.service.api.responses import CONFLICT, FORBIDDEN, NOT_FOUND, PROTECTED
 from triggerer.service.api.schemas import (
@@ -79,6 +80,7 @@ async def list_events(
     status_code=status.HTTP_201_CREATED,
     responses={**NOT_FOUND, **FORBIDDEN},
     dependencies=[Depends(requires(Permission.EMIT))],
+    openapi_extra=cloudevents.OPENAPI,
 )
 async def create_event(
     context: Context, caller: Caller, new: NewAssetEvent, request: Request
@@ -87,7 +89,17 @@ async def create_event(
     pipelines scheduled on its asset; the scheduler looks at them at once. A partition key the
     partition mapper of a consumer cannot map is refused. An emitter may create events only
     of the assets its globs match (403 for the others). A W3C ``traceparent`` header (and
-    ``tracestate``) is kept with the event; an invalid one is ignored."""
+    ``tracestate``) is kept with the event; an invalid one is ignored.
+
+    A CloudEvent is posted to the asset named by the query parameter `asset_id` or `uri`: in
+    structured mode with `Content-Type: application/cloudevents+json`, or in binary mode with
+    its attributes as `ce-*` headers (percent-encoded) and the body its data (answered by
+    :mod:`~triggerer.service.api.cloudevents`). Its event's extra is `{"cloudevent": {...},
+    "from_rest_api": true}` and its dedup key the CloudEvent's `source` and `id`: the same
+    CloudEvent posted again, or read by a watcher of the asset before, is no second event (200,
+    the event stored before). A malformed CloudEvent is a 422 naming the attribute. Its trace
+    context is the request's ``traceparent`` header, else the CloudEvent's ``traceparent``
+    extension."""
     trace = of_http_headers(request.scope["headers"])
     return await context.new_events.create(new, caller, trace)
 

@@ -12,7 +12,9 @@ errors with the app's own exception handlers and its event as FastAPI serializes
 
 A post it would answer with an error of its own (no or a wrong token, a caller whose role may
 not emit, a body that is not JSON or not a valid event, a content type FastAPI reads
-differently) goes on to the FastAPI route, with the body it read: so a 401, a 403 or a 422
+differently) goes on to the FastAPI route, with the body it read, and so does a CloudEvent
+(its content type is not JSON, or it has ``ce-*`` headers), which only the route of
+:mod:`.cloudevents` answers: so a 401, a 403 or a 422
 naming the field is FastAPI's, word for word, and the OpenAPI document still comes from the
 route. An emitter's post to an asset outside its globs is refused by the group commit, which
 reads the asset's name and URI, as the route's is: a 403 from the app's handler.
@@ -55,10 +57,11 @@ class EventPosts:
         if scope["type"] != "http" or scope["path"] != self._path or scope["method"] != "POST":
             await self._app(scope, receive, send)
             return
-        authorization, content_type = _headers(scope)
+        authorization, content_type, cloudevent = _headers(scope)
         caller = bearer_of(self._context.keyring, authorization)
         if (
-            caller is None
+            cloudevent
+            or caller is None
             or not caller.may(Permission.EMIT)
             or content_type is None
             or content_type.partition(";")[0].strip().lower() != _JSON
@@ -98,15 +101,19 @@ class EventPosts:
         return None
 
 
-def _headers(scope: Scope) -> tuple[str | None, str | None]:
-    """The first ``Authorization`` and ``Content-Type`` headers, as Starlette decodes them."""
+def _headers(scope: Scope) -> tuple[str | None, str | None, bool]:
+    """The first ``Authorization`` and ``Content-Type`` headers, as Starlette decodes them, and
+    whether there are ``ce-*`` headers (a CloudEvent in binary mode)."""
     authorization = content_type = None
+    cloudevent = False
     for name, value in scope["headers"]:
         if name == b"authorization" and authorization is None:
             authorization = value.decode("latin-1")
         elif name == b"content-type" and content_type is None:
             content_type = value.decode("latin-1")
-    return authorization, content_type
+        elif name.startswith(b"ce-"):
+            cloudevent = True
+    return authorization, content_type, cloudevent
 
 
 async def _body(receive: Receive) -> tuple[bytes, Message | None]:

@@ -11,7 +11,9 @@ Each request still gets its own answer: an unknown asset, an asset the caller ma
 value fails that request alone; when the store refuses a batch, each event is written on its
 own to find out whose; a store that does not answer fails every request of the batch (503,
 nothing committed). Each event created is a row of the audit log naming its caller, the rows
-of a batch written in one statement in the batch's transaction.
+of a batch written in one statement in the batch's transaction. A post with a dedup key (a
+CloudEvent's) stored already on its asset stores nothing, and writes no audit row: its request
+gets :class:`AlreadyStored`, with the event stored before.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -28,7 +30,8 @@ from triggerer.schedules import PartitionedAssetTimetable
 from triggerer.service import actions, audit
 from triggerer.service.api.schemas import CreatedEvent, NewAssetEvent
 from triggerer.service.errors import Forbidden, NotFound, Refused
-from triggerer.service.events import Recorded, record_events
+from triggerer.service.events import NewEvent, Recorded, record_events
+from triggerer.service.reads import queries
 from triggerer.service.store.failures import STORE_ERRORS, is_outage
 from triggerer.service.store.notices import notify_queued
 from triggerer.service.store.states import EventSource
@@ -44,12 +47,21 @@ LINGER_S = 0.002
 """Under load, how long a batch waits for the clients just answered to post again."""
 
 
+class AlreadyStored(Exception):  # an answer (200), not an error
+    """A post's dedup key is stored already on its asset: ``event``, stored before."""
+
+    def __init__(self, event: CreatedEvent) -> None:
+        super().__init__(f"event {event.id} was stored before under the same key")
+        self.event = event
+
+
 @dataclasses.dataclass(eq=False)
 class _Post:
     event: NewAssetEvent
     caller: Principal
     answer: asyncio.Future[CreatedEvent]
     trace: TraceContext | None = None
+    dedup_key: str | None = None
 
 
 class _Unmappable(Exception):  # not an error: rolls the transaction back
@@ -76,14 +88,20 @@ class GroupCommit:
         self._posted = asyncio.Event()
 
     async def create(
-        self, event: NewAssetEvent, caller: Principal, trace: TraceContext | None = None
+        self,
+        event: NewAssetEvent,
+        caller: Principal,
+        trace: TraceContext | None = None,
+        *,
+        dedup_key: str | None = None,
     ) -> CreatedEvent:
         """Create ``event`` once committed (``extra`` gains ``"from_rest_api": true``), with
         the trace context of its request, and queued for the pipelines scheduled on its
         asset, if ``caller`` may emit to it (else :class:`Forbidden`); the audit log names
-        ``caller``."""
+        ``caller``. With ``dedup_key``, unless an event of its asset has that key (then
+        :class:`AlreadyStored`, and no audit row)."""
         loop = asyncio.get_running_loop()
-        post = _Post(event, caller, loop.create_future(), trace)
+        post = _Post(event, caller, loop.create_future(), trace, dedup_key)
         self._waiting.append(post)
         self._posted.set()
         if self._writer is None:
@@ -139,12 +157,16 @@ class GroupCommit:
         _fail(refused)
         self._events_recorded(recorded)
         for post, created in answers:
-            if not post.answer.done():  # its request may have been cancelled
+            if post.answer.done():  # its request may have been cancelled
+                continue
+            if isinstance(created, Exception):
+                post.answer.set_exception(created)
+            else:
                 post.answer.set_result(created)
 
     async def _write(
         self, posts: list[_Post], refused: list[tuple[_Post, Exception]]
-    ) -> tuple[list[tuple[_Post, CreatedEvent]], Recorded]:
+    ) -> tuple[list[tuple[_Post, CreatedEvent | Exception]], Recorded]:
         while True:
             try:
                 async with self._sessions.begin() as session:
@@ -154,7 +176,7 @@ class GroupCommit:
 
     async def _record(
         self, session: AsyncSession, posts: list[_Post], refused: list[tuple[_Post, Exception]]
-    ) -> tuple[list[tuple[_Post, CreatedEvent]], Recorded]:
+    ) -> tuple[list[tuple[_Post, CreatedEvent | Exception]], Recorded]:
         """Record the events of ``posts`` the user could have right; the others go to
         ``refused`` with the reason."""
         named = [(post.event.asset_id, post.event.uri) for post in posts]
@@ -169,6 +191,7 @@ class GroupCommit:
                     {**post.event.extra, "from_rest_api": True},
                     source=EventSource.REST_API,
                     partition_key=post.event.partition_key,
+                    dedup_key=post.dedup_key,
                 )
                 if post.trace is not None:
                     new = dataclasses.replace(
@@ -179,10 +202,13 @@ class GroupCommit:
                 continue
             writing.append((post, new, found.uri))
         recorded = await record_events(session, [new for _, new, _ in writing])
-        # No dedup keys: every event is new, in the order given.
+        # The events stored are those given but the ones whose key was stored, in order.
+        absorbed = {id(new) for new in recorded.absorbed}
+        stored_before = [(post, new) for post, new, _ in writing if id(new) in absorbed]
+        stored = [written for written in writing if id(written[1]) not in absorbed]
         queued_for = [recorded.queued.get(event.id, []) for event in recorded.events]
         unmappable = set()
-        for (post, new, _), pipelines in zip(writing, queued_for, strict=True):
+        for (post, new, _), pipelines in zip(stored, queued_for, strict=True):
             reason = self._unmappable(new.partition_key, pipelines)
             if reason is not None:
                 refused.append((post, Refused(reason)))
@@ -194,10 +220,13 @@ class GroupCommit:
             session,
             [
                 actions.emitted(post.caller, uri, event, post.event.extra)
-                for (post, _, uri), event in zip(writing, recorded.events, strict=True)
+                for (post, _, uri), event in zip(stored, recorded.events, strict=True)
             ],
         )
-        answers = [
+        answers: list[tuple[_Post, CreatedEvent | Exception]] = [
+            (post, await _stored_before(session, new)) for post, new in stored_before
+        ]
+        answers += [
             (
                 post,
                 CreatedEvent(
@@ -214,7 +243,7 @@ class GroupCommit:
                 ),
             )
             for (post, _, uri), event, pipelines in zip(
-                writing, recorded.events, queued_for, strict=True
+                stored, recorded.events, queued_for, strict=True
             )
         ]
         return answers, recorded
@@ -233,6 +262,15 @@ class GroupCommit:
                 except ValueError as error:
                     return f"partition_key {key!r} does not suit pipeline {pipeline_id!r}: {error}"
         return None
+
+
+async def _stored_before(session: AsyncSession, new: NewEvent) -> AlreadyStored | NotFound:
+    """The answer to a post whose key the store holds already: the event stored under it."""
+    key = cast("str", new.dedup_key)  # only an event with a key is absorbed
+    stored = await queries.event_with_key(session, new.asset_id, key)
+    if stored is None:  # deleted (retention) since its key kept this one out
+        return NotFound(f"the event stored under the dedup key {key!r} is gone")
+    return AlreadyStored(CreatedEvent(**stored.model_dump(), queued_for=[]))
 
 
 def _fail(failures: Iterable[tuple[_Post, BaseException]]) -> None:

@@ -14,6 +14,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from triggerer.cloudevents import same_event
 from triggerer.service import metrics
 from triggerer.service.daemon.part_leases import lost_fences
 from triggerer.service.dead_letters import (
@@ -28,7 +29,7 @@ from triggerer.service.store.outages import until_stored
 from triggerer.service.store.source_checkpoints import furthest, record_checkpoints
 from triggerer.service.store.states import EventSource
 from triggerer.service.store.types import utcnow
-from triggerer.service.trace_context import TraceContext, carried
+from triggerer.service.trace_context import TraceContext, carried, of_cloudevent
 from triggerer.service.tracing import now_ns
 from triggerer.triggers import TriggerEvent
 
@@ -80,8 +81,9 @@ class Ingest:
     their positions, and the part's new holder reads them again from its stored position.
 
     Each event keeps the trace context its message carried
-    (:func:`triggerer.service.trace_context.carried`); with ``tracing``, each batch acked is
-    a span linked to those contexts.
+    (:func:`triggerer.service.trace_context.carried`), else the one of the CloudEvent it is
+    (:func:`~triggerer.service.trace_context.of_cloudevent`); with ``tracing``, each batch
+    acked is a span linked to those contexts.
     """
 
     def __init__(
@@ -204,13 +206,16 @@ class Ingest:
         for watched, event in batch:
             if event.is_checkpoint_only:
                 continue
+            extra = _extra(event)
             trace = carried(event.payload)
+            if trace is None and event.cloudevent is not None:
+                trace = of_cloudevent(extra)
             if trace is not None and traced is not None:
                 traced.append(trace)
             for asset_id in watched.asset_ids:
                 new_event = NewEvent(
                     asset_id=asset_id,
-                    extra={"from_trigger": True, "payload": event.payload},
+                    extra=extra,
                     source=EventSource.TRIGGER,
                     dedup_key=event.dedup_key,
                     partition_key=event.partition_key,
@@ -408,12 +413,17 @@ def _log_reused_keys(
         if met is None or trigger is None:
             continue  # not a trigger's event, or the stored one was deleted meanwhile
         stored_extra, stored_at = met
-        try:
-            same = trigger.trigger.same_message(stored_extra.get("payload"), event.extra["payload"])
-        # A custom trigger's comparison may raise anything; it only decides this warning.
-        except Exception as error:  # noqa: BLE001
-            log.warning("same_message_failed", trigger_id=trigger.trigger_id, error=repr(error))
-            continue
+        if "cloudevent" in event.extra:  # keyed by its source and id, whichever way it came
+            same = same_event(stored_extra.get("cloudevent"), event.extra["cloudevent"])
+        else:
+            try:
+                same = trigger.trigger.same_message(
+                    stored_extra.get("payload"), event.extra["payload"]
+                )
+            # A custom trigger's comparison may raise anything; it only decides this warning.
+            except Exception as error:  # noqa: BLE001
+                log.warning("same_message_failed", trigger_id=trigger.trigger_id, error=repr(error))
+                continue
         if same:
             continue
         log.warning(
@@ -424,6 +434,14 @@ def _log_reused_keys(
             stored_at=stored_at.isoformat(),
             received_at=received_at.isoformat(),
         )
+
+
+def _extra(event: TriggerEvent) -> dict[str, Any]:
+    """The extra of a trigger's event: its payload, and the CloudEvent its message is."""
+    extra: dict[str, Any] = {"from_trigger": True, "payload": event.payload}
+    if event.cloudevent is not None:
+        extra["cloudevent"] = event.cloudevent.extra
+    return extra
 
 
 async def _ack(batch: list[Delivery]) -> None:

@@ -374,6 +374,17 @@ async def _event_by_id(session: AsyncSession, event_id: int) -> EventRow:
     return _event_row(found[0], found[1], found[2])
 
 
+async def event_with_key(session: AsyncSession, asset_id: int, dedup_key: str) -> EventRow | None:
+    """The event of the asset ``asset_id`` stored under ``dedup_key``, if there is one."""
+    rows = await session.execute(
+        _EVENTS.where(
+            models.AssetEvent.asset_id == asset_id, models.AssetEvent.dedup_key == dedup_key
+        )
+    )
+    found = rows.first()
+    return None if found is None else _event_row(*found)
+
+
 async def event(session: AsyncSession, event_id: int) -> EventDetail:
     """One event with the run that produced it, the runs that consumed it, and the pipelines
     it is still queued for."""
