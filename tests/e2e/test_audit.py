@@ -233,6 +233,13 @@ async def test_each_change_through_the_api_and_the_cli_is_one_audit_row(
             assert await audit("target=pipeline:count_orders") == [
                 r for r in summary(rows) if r[2] == "pipeline:count_orders"
             ]
+            by_hand = [
+                r
+                for r in rows
+                if r["target"] == "pipeline:by_hand" or r["details"].get("pipeline_id") == "by_hand"
+            ]
+            assert await audit("pipeline_id=by_hand") == summary(by_hand)
+            assert {r["action"] for r in by_hand} >= {"trigger", "cancel", "rerun"}
             since = rows[2]["time"]
             assert await audit(f"since={since.replace('+', '%2B')}") == [
                 summary([row])[0] for row in reversed(rows) if row["time"] >= since
@@ -247,6 +254,8 @@ async def test_each_change_through_the_api_and_the_cli_is_one_audit_row(
         since_cli = json.loads(await changed("audit", "list", "--json", "--since", since))
         assert since_cli == [row for row in rows if row["time"] >= since]
         assert json.loads(await changed("audit", "list", "--json", "--limit", "2")) == rows[:2]
+        of_pipeline = json.loads(await changed("audit", "list", "--json", "--pipeline", "by_hand"))
+        assert of_pipeline == by_hand
         table = (await changed("audit", "list", "--target", "database")).splitlines()
         assert table[0].split() == ["ID", "TIME", "ACTOR", "ACTION", "TARGET", "DETAILS"]
         assert table[1].split()[2:5] == [CLI, "db_clean", "database"]

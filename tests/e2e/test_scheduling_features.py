@@ -92,8 +92,26 @@ class History:
 
 
 async def history(session: AsyncSession) -> History:
+    """What the store holds, read so that each statement sees what an earlier one refers to
+    (each sees the store as it is then, while the daemon goes on): the runs first, so a run
+    read as ended has its outlet events in the events read after it, and what was consumed
+    before the events, so every event it names is among them."""
+    run_rows = list(await session.scalars(select(models.Run).order_by(models.Run.id)))
+    consumed_ids: dict[int, list[int]] = {}
+    for run_pk, event_id in await session.execute(
+        select(models.RunEvent.run_pk, models.RunEvent.event_id).order_by(models.RunEvent.event_id)
+    ):
+        consumed_ids.setdefault(run_pk, []).append(event_id)
     producer = aliased(models.Run)
-    aliases: dict[int, list[str]] = {}
+    event_rows = (
+        await session.execute(
+            select(models.AssetEvent, models.Asset.uri, producer.run_id)
+            .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
+            .outerjoin(producer, producer.id == models.AssetEvent.source_run_pk)
+            .order_by(models.AssetEvent.id)
+        )
+    ).all()
+    aliases: dict[int, list[str]] = {}  # written with their events: read after them
     for event_id, name in await session.execute(
         select(models.AssetEventAlias.event_id, models.AssetAlias.name)
         .join(models.AssetAlias, models.AssetAlias.id == models.AssetEventAlias.alias_id)
@@ -102,19 +120,9 @@ async def history(session: AsyncSession) -> History:
         aliases.setdefault(event_id, []).append(name)
     events = [
         Event(e.id, uri, e.extra, e.partition_key, run_id, tuple(aliases.get(e.id, ())))
-        for e, uri, run_id in await session.execute(
-            select(models.AssetEvent, models.Asset.uri, producer.run_id)
-            .join(models.Asset, models.Asset.id == models.AssetEvent.asset_id)
-            .outerjoin(producer, producer.id == models.AssetEvent.source_run_pk)
-            .order_by(models.AssetEvent.id)
-        )
+        for e, uri, run_id in event_rows
     ]
     by_id = {event.id: event for event in events}
-    consumed: dict[int, list[Event]] = {}
-    for run_pk, event_id in await session.execute(
-        select(models.RunEvent.run_pk, models.RunEvent.event_id).order_by(models.RunEvent.event_id)
-    ):
-        consumed.setdefault(run_pk, []).append(by_id[event_id])
     runs = [
         Run(
             r.run_id,
@@ -122,9 +130,9 @@ async def history(session: AsyncSession) -> History:
             r.run_type,
             r.state,
             r.partition_key,
-            tuple(consumed.get(r.id, ())),
+            tuple(by_id[event_id] for event_id in consumed_ids.get(r.id, ())),
         )
-        for r in await session.scalars(select(models.Run).order_by(models.Run.id))
+        for r in run_rows
     ]
     queued: dict[str, list[int]] = {}
     for pipeline_id, event_id in await session.execute(

@@ -204,6 +204,19 @@ def test_bad_env_value_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "70000" in str(info.value)
 
 
+def test_an_env_value_that_is_not_json_names_the_variable_not_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The way principals reach a container: a JSON list in the environment.
+    monkeypatch.setenv("TRIGGERER_API__PRINCIPALS", '[{"name": ')
+    with pytest.raises(ConfigError) as info:
+        load_settings(_toml(tmp_path, "[api]\nport = 9000\n"))
+    message = str(info.value)
+    assert message.startswith("the environment sets [api] (TRIGGERER_API__<KEY>")
+    assert "not valid JSON" in message
+    assert "TOML" not in message
+
+
 @pytest.mark.parametrize(
     ("text", "key"),
     [("[spark]\nmasterr = 'local'\n", "spark.masterr"), ("[sparkk]\nmode = 'local'\n", "sparkk")],
@@ -360,6 +373,7 @@ TOKEN = f'token = "{SECRET}"'
         ("api-token-1", f'role = "viewer"\n{TOKEN}', "the name is one the daemon gives"),
         ("cli:root", f'role = "viewer"\n{TOKEN}', "the name is one the daemon gives"),
         ("anonymous", f'role = "viewer"\n{TOKEN}', "the name is one the daemon gives"),
+        ("n" * 251, f'role = "viewer"\n{TOKEN}', "longer than 250 characters"),
     ],
 )
 def test_a_bad_principal_is_a_config_error_naming_the_entry(
@@ -373,6 +387,12 @@ def test_a_bad_principal_is_a_config_error_naming_the_entry(
     assert problem in message
     assert "TRIGGERER_API__PRINCIPALS" in message
     assert SECRET not in message
+
+
+def test_a_principals_name_with_a_control_character_is_a_config_error(tmp_path: Path) -> None:
+    text = _principals(f'name = "on\\tcall"\nrole = "viewer"\n{TOKEN}')
+    with pytest.raises(ConfigError, match=r"principal 'on\\tcall': the name holds a control"):
+        load_settings(_toml(tmp_path, text))
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,15 @@ and the principals known by their tokens."""
 from __future__ import annotations
 
 import itertools
+import os
+import pwd
 
 import pytest
 
 from triggerer.service.errors import Forbidden
 from triggerer.service.principals import (
     ANONYMOUS,
+    NAME_MAX_CHARS,
     ROLE_PERMISSIONS,
     Keyring,
     Permission,
@@ -20,6 +23,7 @@ from triggerer.service.principals import (
     token_digest,
     token_principal,
 )
+from triggerer.service.store.models import ID_LENGTH
 
 READ, EMIT, OPERATE, AUDIT = (
     Permission.READ,
@@ -151,8 +155,25 @@ def test_the_principals_the_daemon_gives_are_admins() -> None:
     assert token_principal(0) == Principal("api-token-1", Role.ADMIN)
     assert token_principal(2).name == "api-token-3"
     cli = cli_principal()
-    assert cli.name.startswith("cli:")
-    assert cli.role is Role.ADMIN
+    assert cli == Principal(f"cli:{pwd.getpwuid(os.geteuid()).pw_name}", Role.ADMIN)
+
+
+def test_the_cli_is_named_by_its_uid_not_by_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("USER", "mallory")
+    monkeypatch.setenv("LOGNAME", "mallory")
+    assert cli_principal().name != "cli:mallory"
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)  # a container's arbitrary uid
+    assert cli_principal().name == f"cli:uid{os.geteuid()}"
+
+
+def test_a_principals_longest_name_fits_the_audit_logs_actor() -> None:
+    assert NAME_MAX_CHARS == ID_LENGTH
 
 
 @pytest.mark.parametrize(

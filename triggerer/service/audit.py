@@ -20,7 +20,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, delete, func, insert, select, text
+from sqlalchemy import Table, delete, func, insert, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from triggerer.service.reads.views import View
@@ -140,11 +140,14 @@ async def entries(
     actor: str | None = None,
     action: AuditAction | None = None,
     target: str | None = None,
+    pipeline_id: str | None = None,
     since: dt.datetime | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> list[AuditRow]:
-    """The changes recorded, newest first; by actor, action, target, and from ``since`` on."""
+    """The changes recorded, newest first; by actor, action, target, pipeline (its own
+    changes and those of its runs: a cancel, a re-run, a replay for it), and from ``since``
+    on."""
     row = models.AuditEntry
     query = select(row).order_by(row.id.desc())
     if actor is not None:
@@ -153,6 +156,13 @@ async def entries(
         query = query.where(row.action == action.value)
     if target is not None:
         query = query.where(row.target == target)
+    if pipeline_id is not None:
+        query = query.where(
+            or_(
+                row.target == pipeline_target(pipeline_id),
+                row.details["pipeline_id"].as_string() == pipeline_id,
+            )
+        )
     if since is not None:
         query = query.where(row.time >= since)
     found = await session.scalars(query.limit(limit).offset(offset))

@@ -32,12 +32,19 @@ from pydantic_settings import (
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
 from triggerer import connections
 from triggerer.service import tls
-from triggerer.service.principals import Principal, Role, reserved, token_digest
+from triggerer.service.principals import (
+    NAME_MAX_CHARS,
+    Principal,
+    Role,
+    reserved,
+    token_digest,
+)
 
 CONFIG_ENV = "TRIGGERER_CONFIG"
 HOME = Path(os.environ.get("TRIGGERER_HOME", Path.home() / ".triggerer"))
@@ -118,6 +125,10 @@ class PrincipalSettings(_Section):
         return self
 
     def _name_problem(self) -> str | None:
+        if len(self.name) > NAME_MAX_CHARS:
+            return f"the name is longer than {NAME_MAX_CHARS} characters, the audit log's limit"
+        if not self.name.isprintable():
+            return "the name holds a control character, which the audit log would not show"
         if reserved(self.name):
             return (
                 "the name is one the daemon gives (anonymous, api-token-N, cli:USER), which "
@@ -604,10 +615,24 @@ def load_settings(path: str | Path | None = None) -> Settings:
         return Settings()
     except pydantic.ValidationError as error:
         raise ConfigError(_describe(error, config_file)) from None
+    except SettingsError as error:  # a variable holding a list or a table that is not JSON
+        raise ConfigError(_environment_error(error)) from None
     except ValueError as error:  # tomllib.TOMLDecodeError is a ValueError
         raise ConfigError(f"config file {config_file!r} is not valid TOML: {error}") from None
     except OSError as error:  # there, but not readable by this user
         raise ConfigError(f"config file {config_file!r} cannot be read: {error}") from None
+
+
+def _environment_error(error: SettingsError) -> str:
+    """What is wrong with the environment variable of a section, which pydantic-settings names
+    only by the section's field (``error parsing value for field "api" ...``)."""
+    field = re.search(r'for field "([^"]+)"', str(error))
+    section = field.group(1) if field else "a section"
+    variables = f"TRIGGERER_{section.upper()}__<KEY> or TRIGGERER_{section.upper()}"
+    return (
+        f"the environment sets [{section}] ({variables}) to a value that is not valid JSON, as "
+        f"a list or a table must be there: {error.__cause__ or error}"
+    )
 
 
 @functools.cache

@@ -9,8 +9,9 @@ import dataclasses
 import enum
 import fnmatch
 import functools
-import getpass
 import hashlib
+import os
+import pwd
 import re
 from collections.abc import Iterable, Mapping
 
@@ -140,11 +141,21 @@ def token_principal(index: int) -> Principal:
 
 
 CLI_PREFIX = "cli:"
+NAME_MAX_CHARS = 250
+"""The longest principal's name: what the audit log's ``actor`` holds (the store's
+``ID_LENGTH``)."""
 
 
 def cli_principal() -> Principal:
-    """The CLI's user, acting on the store directly: an admin named by the Unix user."""
-    return Principal(f"{CLI_PREFIX}{getpass.getuser()}", Role.ADMIN)
+    """The CLI's user, acting on the store directly: an admin named by the Unix user it runs as
+    (its effective uid's name, which the environment cannot change; ``uid<N>`` when the uid has
+    no name, as in a container run under an arbitrary uid)."""
+    uid = os.geteuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = f"uid{uid}"
+    return Principal(f"{CLI_PREFIX}{user}", Role.ADMIN)
 
 
 def reserved(name: str) -> bool:

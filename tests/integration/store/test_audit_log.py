@@ -54,6 +54,29 @@ async def test_rows_are_written_in_order_and_read_newest_first_with_filters(
         assert len(await audit.entries(session, since=rows[1].time)) == 4
 
 
+async def test_a_pipelines_changes_are_its_own_and_those_naming_it(
+    migrated_engine: AsyncEngine,
+) -> None:
+    sessions = session_factory(migrated_engine)
+    async with sessions.begin() as session:
+        await audit.record_all(
+            session,
+            [
+                audit.Entry(ALICE.name, AuditAction.PAUSE, "pipeline:report", {}),
+                audit.Entry(ALICE.name, AuditAction.CANCEL, "run:r1", {"pipeline_id": "report"}),
+                audit.Entry(ALICE.name, AuditAction.RERUN, "run:r2", {"pipeline_id": "reports"}),
+                audit.Entry(ALICE.name, AuditAction.TRIGGER, "pipeline:reports", {}),
+                audit.Entry(ALICE.name, AuditAction.EMIT, "asset:report", {"event_id": 1}),
+            ],
+        )
+    async with sessions() as session:
+        rows = await audit.entries(session, pipeline_id="report")
+    assert [(row.action, row.target) for row in rows] == [
+        ("cancel", "run:r1"),
+        ("pause", "pipeline:report"),
+    ]
+
+
 async def test_a_rolled_back_change_leaves_no_row(migrated_engine: AsyncEngine) -> None:
     sessions = session_factory(migrated_engine)
 

@@ -37,12 +37,21 @@ async def list_audit(
             description="pipeline:<id>, run:<run_id>, asset:<uri> or database",
         ),
     ] = None,
+    pipeline_id: Annotated[
+        str | None,
+        Query(
+            max_length=ID_LENGTH,
+            pattern=NO_NUL,
+            description="a pipeline's changes and those of its runs (cancel, rerun, replay)",
+        ),
+    ] = None,
     since: Since = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> list[audit.AuditRow]:
     """The changes made through the API and the CLI, newest first: when, by which principal
-    (``actor``), what (``action``), on what (``target``) and the request's ``details``. A
+    (``actor``), what (``action``), on what (``target``) and the request's ``details``;
+    ``pipeline_id`` gives a pipeline's changes with those of its runs. A
     change that failed is not listed: it changed nothing. Operators and admins only."""
     async with context.transaction() as session:
         return await audit.entries(
@@ -50,6 +59,7 @@ async def list_audit(
             actor=actor,
             action=action,
             target=target,
+            pipeline_id=pipeline_id,
             since=since,
             limit=limit,
             offset=offset,

@@ -34,6 +34,11 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     listed.add_argument("--action", help="emit, pause, unpause, trigger, cancel, rerun, ...")
     listed.add_argument("--target", help="pipeline:ID, run:RUN_ID, asset:URI or database")
     listed.add_argument(
+        "--pipeline",
+        metavar="PIPELINE_ID",
+        help="a pipeline's changes and those of its runs (cancel, rerun, replay)",
+    )
+    listed.add_argument(
         "--since", type=time_arg, metavar="TIME", help="ISO date or time, UTC unless it says"
     )
 
@@ -54,6 +59,7 @@ async def _audit_rows(session: AsyncSession, arguments: argparse.Namespace) -> S
         actor=arguments.actor,
         action=action,
         target=arguments.target,
+        pipeline_id=arguments.pipeline,
         since=arguments.since,
         limit=arguments.limit,
     )

@@ -48,6 +48,7 @@ async def _db_clean(settings: Settings, arguments: argparse.Namespace) -> int:
     from triggerer.service.store.states import AuditAction
 
     before = _moment("--before", arguments.before)
+    actor = cli_principal()  # before anything is deleted
     cutoffs = retention.Cutoffs.before(before)
     logs_dir = Path(settings.spark.logs_dir)
 
@@ -61,9 +62,7 @@ async def _db_clean(settings: Settings, arguments: argparse.Namespace) -> int:
         # Once done: the clean is many transactions, and this row says what they deleted.
         details = {"before": before.isoformat(), "deleted": counts}
         async with sessions.begin() as session:
-            await audit.record(
-                session, cli_principal(), AuditAction.DB_CLEAN, audit.DATABASE, details
-            )
+            await audit.record(session, actor, AuditAction.DB_CLEAN, audit.DATABASE, details)
             return retention.Preview(counts, await retention.kept_events(session, before))
 
     done = await with_store(settings, work)

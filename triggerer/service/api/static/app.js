@@ -1196,7 +1196,7 @@ async function pipelinePanel(id, specs) {
   const [pipeline, explained, runs, timeline, changes] = await Promise.all([
     api(path), api(`${path}/explain`), api(`${path}/runs?limit=20`),
     activity(`runs?pipeline_id=${encodeURIComponent(id)}&since=${weekAgo}&limit=50`),
-    lastChanges(`pipeline:${id}`),
+    lastChanges(id),
   ]);
   if (Object.keys(pipeline.queued_by_asset).length) {
     state.explained.set(id, { signature: JSON.stringify(pipeline.queued_by_asset), at: Date.now(), value: explained });
@@ -1223,11 +1223,11 @@ async function pipelinePanel(id, specs) {
     ${changesSection(changes)}`;
 }
 
-// The last changes made to a target (`pipeline:ID`), newest first, from the audit log; null
+// The last changes made to a pipeline and its runs, newest first, from the audit log; null
 // when the caller's role may not read it (GET /audit would answer 403).
-async function lastChanges(target) {
+async function lastChanges(pipelineId) {
   if (!may("audit")) return null;
-  return api(`/audit?target=${encodeURIComponent(target)}&limit=${CHANGES_SHOWN}`);
+  return api(`/audit?pipeline_id=${encodeURIComponent(pipelineId)}&limit=${CHANGES_SHOWN}`);
 }
 
 // Who changed the pipeline, when and how: none for a caller who may not read the audit log.
