@@ -12,6 +12,7 @@ import pytest
 
 from tests.fixtures.airflow import event, run_pipeline
 from triggerer.airflow.decorators import dag, task
+from triggerer.airflow.errors import NotSupported
 from triggerer.airflow.executor import TaskTimeout, get_current_context
 from triggerer.airflow.graph import DAG, chain, chain_linear, cross_downstream, ordered
 from triggerer.airflow.operators import EmptyOperator, PythonOperator
@@ -72,6 +73,15 @@ def test_chain_of_two_lists_of_other_lengths_is_an_error() -> None:
         a, b, c = empty("a", "b", "c")
         with pytest.raises(ValueError, match="one length, got 2 and 1"):
             chain([a, b], [c])
+
+
+def test_a_dependency_after_the_with_block_is_refused() -> None:
+    with DAG("closed"):
+        a, b = empty("a", "b")
+    for join in (lambda: a >> b, lambda: b << a, lambda: chain(a, b)):
+        with pytest.raises(NotSupported, match="a >> b in DAG 'closed' after its with block"):
+            join()
+    assert b.upstream_list == []
 
 
 def test_a_cycle_is_an_error_naming_its_tasks() -> None:
@@ -143,6 +153,19 @@ def test_xcom_push_and_pull_through_ti_and_python_operator_arguments() -> None:
 
     run_pipeline(made.pipeline, run_id="operators__manual__7")
     assert seen == ["pushed", "/data/x", "operators__manual__7"]
+
+
+def test_a_task_s_output_in_a_string_is_refused() -> None:
+    with DAG("strings"):
+
+        @task
+        def made() -> str:
+            return "x"
+
+        output = made()
+        for write in (str, "{}".format, lambda value: f"{value:>9}"):
+            with pytest.raises(NotSupported, match=r"XComArg \(the output of task 'made'\)"):
+                write(output)
 
 
 def test_a_task_called_twice_gets_a_second_id() -> None:
@@ -220,6 +243,69 @@ def test_a_context_name_a_run_does_not_have_says_why() -> None:
         read()
     with pytest.raises(KeyError, match=r"context\['macros'\] is not available: Airflow's macros"):
         run_pipeline(made.pipeline)
+
+
+def test_get_of_a_context_name_a_run_does_not_have_says_why() -> None:
+    wanted = "ds"  # a name the check at load cannot see
+    with DAG("missing_get") as made:
+
+        @task
+        def read() -> None:
+            get_current_context().get(wanted)
+
+        read()
+    with pytest.raises(KeyError, match=r"context\['ds'\] is not available: it is derived"):
+        run_pipeline(made.pipeline)
+
+
+def test_a_dag_with_a_cron_has_no_logical_date_a_dag_on_assets_has_none() -> None:
+    wanted = "logical_date"  # names the check at load cannot see
+    seen: list[Any] = []
+    dags = []
+    for schedule in ("@daily", orders):
+        with DAG(f"dated_{len(dags)}", schedule=schedule) as made:
+
+            @task
+            def read(dag_run: Any) -> None:
+                seen.append(get_current_context().get(wanted))
+                seen.append(dag_run.data_interval_start)
+
+            read()
+        dags.append(made)
+    cron, assets = dags
+    with pytest.raises(KeyError, match=r"context\['logical_date'\] is not available: Airflow"):
+        run_pipeline(cron.pipeline)
+    run_pipeline(assets.pipeline)
+    assert seen == [None, None]
+
+
+def test_dag_run_of_a_dag_with_a_cron_has_no_data_interval() -> None:
+    with DAG("interval", schedule="0 * * * *") as made:
+
+        @task
+        def read(dag_run: Any) -> Any:
+            return dag_run.data_interval_start
+
+        read()
+    with pytest.raises(AttributeError, match=r"dag_run.data_interval_start is not available"):
+        run_pipeline(made.pipeline)
+
+
+def test_what_the_trigger_gives_wins_over_a_task_s_params() -> None:
+    seen: list[dict[str, Any]] = []
+    with DAG("layered", params={"limit": 10, "mode": "full"}) as made:
+
+        @task(params={"limit": 5, "mode": "task", "extra": 1})
+        def read(params: dict[str, Any]) -> None:
+            seen.append(dict(params))
+
+        read()
+    run_pipeline(made.pipeline)
+    run_pipeline(made.pipeline, params={"limit": 20, "extra": 2})
+    assert seen == [
+        {"limit": 5, "mode": "task", "extra": 1},
+        {"limit": 20, "mode": "task", "extra": 2},
+    ]
 
 
 def test_get_current_context_outside_a_task_is_an_error() -> None:

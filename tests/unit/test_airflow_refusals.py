@@ -164,6 +164,59 @@ CASES = {
         10,
         "reading 'ts' from the context (line 3 of the function) is not supported",
     ),
+    "a context read through a variable": (
+        "from airflow.sdk import get_current_context\n"
+        "with DAG('d'):\n    @task\n    def f():\n        ctx = get_current_context()\n"
+        "        return ctx.get('ts')\n    f()\n",
+        12,
+        "@task 'f': reading 'ts' from the context (line 4 of the function) is not supported",
+    ),
+    "a context read without **kwargs": (
+        "from airflow.sdk import get_current_context\n"
+        "with DAG('d'):\n    @task\n    def f():\n"
+        "        return get_current_context().get('ds')\n    f()\n",
+        11,
+        "@task 'f': reading 'ds' from the context (line 3 of the function) is not supported",
+    ),
+    "logical_date in a DAG with a cron": (
+        "with DAG('d', schedule='@daily'):\n    @task\n    def f(logical_date=None):\n"
+        "        return logical_date\n    f()\n",
+        10,
+        "@task 'f': the parameter 'logical_date' is not supported: a triggerer run has no "
+        "'logical_date': Airflow gives a run of a cron schedule its tick",
+    ),
+    "a data interval read in a DAG with a cron": (
+        "def g(**context):\n    return context['data_interval_end']\n"
+        "with DAG('d', schedule='0 * * * *'):\n"
+        "    PythonOperator(task_id='p', python_callable=g)\n",
+        9,
+        "PythonOperator(task_id='p'): reading 'data_interval_end' from the context (line 2 of "
+        "the function) is not supported",
+    ),
+    "a template in a @task's arguments": (
+        "with DAG('d'):\n    @task\n    def f(day):\n        return day\n    f(day='{{ ds }}')\n",
+        10,
+        "@task 'f': a Jinja template in its arguments ('{{ ds }}') is not supported",
+    ),
+    "a task's output in an f-string": (
+        "with DAG('d'):\n    @task\n    def f():\n        return 'x'\n"
+        "    BashOperator(task_id='b', bash_command=f'echo {f()}')\n",
+        10,
+        "an XComArg (the output of task 'f') in a string is not supported",
+    ),
+    "a dependency after the with block": (
+        "with DAG('d'):\n    a = BashOperator(task_id='a', bash_command='true')\n"
+        "    b = BashOperator(task_id='b', bash_command='true')\na >> b\n",
+        9,
+        "a >> b in DAG 'd' after its with block is not supported: the order of a DAG's tasks "
+        "is fixed when its block ends; set dependencies inside the with block",
+    ),
+    "a cron with a start_date of default_args in another time zone": (
+        "with DAG('d', schedule='0 6 * * *', default_args={\n"
+        "        'start_date': pendulum.datetime(2024, 1, 1, tz='Europe/Paris')}):\n    pass\n",
+        6,
+        "a cron schedule with start_date in Europe/Paris is not supported",
+    ),
     "a task outside its DAG": (
         "made = DAG('d')\nBashOperator(task_id='b', bash_command='true', dag=made)\n",
         7,

@@ -78,7 +78,10 @@ class FunctionTask(Task):
         self.multiple_outputs = bool(
             settings.get("multiple_outputs", _returns_dict(made_of.function))
         )
-        executor.check_call(f"{self.kind} {task_id!r}", self.function, args, kwargs)
+        owner = f"{self.kind} {task_id!r}"
+        # Airflow renders a @task's arguments as templated fields (op_args, op_kwargs).
+        check_untemplated(owner, "its arguments", (args, kwargs))
+        executor.check_call(owner, self.function, args, kwargs, self.dag.unprovided)
         self.depends_on((args, kwargs))
 
     def execute(self, context: executor.Context, run: executor.TaskRun) -> Any:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from triggerer.airflow.errors import NotSupported
 from triggerer.airflow.events import InletEvents, TriggeringEvents, run_type
 from triggerer.pipelines import Metadata
+from triggerer.schedules import AssetOrTimeSchedule, CronSchedule
 
 if TYPE_CHECKING:
     from triggerer.context import RunContext
@@ -87,13 +88,50 @@ UNPROVIDED = {
 }
 """Context names of Airflow's that a triggerer run cannot give, each with the reason."""
 
+LOGICAL_DATE_NAMES = ("logical_date", "data_interval_start", "data_interval_end")
+"""What Airflow 3 gives a run of a cron schedule (its tick) and an asset-triggered run
+(``None``): a triggerer run has ``None`` for each."""
+
+CRON_UNPROVIDED = {
+    **UNPROVIDED,
+    **dict.fromkeys(
+        LOGICAL_DATE_NAMES,
+        "Airflow gives a run of a cron schedule its tick as logical date and data interval, "
+        "where a triggerer run has None (Airflow gives None only to a run started by assets)",
+    ),
+}
+"""What a run of a DAG whose schedule has a cron cannot give, each with the reason."""
+
+
+def unprovided_in(schedule: object) -> Mapping[str, str]:
+    """The context names a run of a DAG scheduled on ``schedule`` cannot give, by reason."""
+    if isinstance(schedule, (CronSchedule, AssetOrTimeSchedule)):
+        return CRON_UNPROVIDED
+    return UNPROVIDED
+
 
 class Context(dict[str, Any]):
-    """A task's context: reading a name of Airflow's that a run does not have says why."""
+    """A task's context: reading a name of Airflow's that a run does not have (by ``[]`` or
+    ``get()``) says why."""
+
+    def __init__(
+        self, values: Mapping[str, Any], unprovided: Mapping[str, str] = UNPROVIDED
+    ) -> None:
+        super().__init__(values)
+        self.unprovided = unprovided
 
     def __missing__(self, key: str) -> Any:
-        why = UNPROVIDED.get(key, "it is not a name of a task's context")
-        raise KeyError(f"context[{key!r}] is not available: {why}")
+        raise self._unavailable(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        # Going on with None would be a silent difference: Airflow gives these names a value.
+        if key in self.unprovided and key not in self:
+            raise self._unavailable(key)
+        return super().get(key, default)
+
+    def _unavailable(self, key: str) -> KeyError:
+        why = self.unprovided.get(key, "it is not a name of a task's context")
+        return KeyError(f"context[{key!r}] is not available: {why}")
 
 
 class TaskLike(Protocol):
@@ -122,7 +160,13 @@ class Placeholder(Protocol):
 
 
 class DagLike(Protocol):
+    """A DAG as the executor runs it (:class:`triggerer.airflow.graph.DAG`)."""
+
     dag_id: str
+    unprovided: Mapping[str, str]
+
+    @property
+    def params(self) -> dict[str, Any]: ...
 
 
 class XComs:
@@ -200,15 +244,30 @@ class TaskInstance:
 @dataclasses.dataclass(frozen=True)
 class DagRun:
     """Airflow's ``dag_run`` as far as a triggerer run has one: no logical date, no data
-    interval; ``conf`` is the run's params."""
+    interval (``None``, as Airflow gives a run started by assets; an error in a DAG with a
+    cron, whose runs Airflow gives their tick); ``conf`` is the run's params."""
 
     dag_id: str
     run_id: str
     run_type: str | None
     conf: dict[str, Any]
-    logical_date: None = None
-    data_interval_start: None = None
-    data_interval_end: None = None
+    unprovided: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def logical_date(self) -> None:
+        return self._none("logical_date")
+
+    @property
+    def data_interval_start(self) -> None:
+        return self._none("data_interval_start")
+
+    @property
+    def data_interval_end(self) -> None:
+        return self._none("data_interval_end")
+
+    def _none(self, name: str) -> None:
+        if name in self.unprovided:
+            raise AttributeError(f"dag_run.{name} is not available: {self.unprovided[name]}")
 
 
 class TaskTimeout(Exception):
@@ -244,26 +303,29 @@ def run_tasks(
     """Run ``tasks`` one after another; the ``Metadata`` they yield is yielded on to the
     run. The first task that raises ends the run (its error is the run's)."""
     xcoms = XComs()
+    unprovided = dag.unprovided
     shared = {
         "dag": dag,
-        "dag_run": DagRun(dag.dag_id, run.run_id, run_type(run.run_id), dict(run.params)),
+        "dag_run": DagRun(
+            dag.dag_id, run.run_id, run_type(run.run_id), dict(run.params), unprovided
+        ),
         "run_id": run.run_id,
         "outlet_events": run.outlet_events,
         "inlet_events": InletEvents(run.inlet_events),
         "triggering_asset_events": TriggeringEvents(run.triggering_asset_events),
-        "logical_date": run.logical_date,
-        "data_interval_start": None,
-        "data_interval_end": None,
+        **{name: None for name in LOGICAL_DATE_NAMES if name not in unprovided},
         "spark": spark,
     }
+    given = given_params(run.params, dag.params)
     for task in tasks:
         ti = TaskInstance(task, dag, run, xcoms)
-        context = Context(shared)
+        context = Context(shared, unprovided)
         context.update(
             ti=ti,
             task_instance=ti,
             task=task,
-            params={**run.params, **task.settings.params},
+            # Airflow's order: the DAG's params, the task's own, then what the trigger gave.
+            params={**run.params, **task.settings.params, **given},
             inlets=task.inlets,
             outlets=task.outlets,
         )
@@ -271,6 +333,18 @@ def run_tasks(
         result = yield from _run_task(task, context, TaskRun(xcoms, context))
         _push(task, xcoms, result)
         _say(f"task {task.task_id} succeeded")
+
+
+def given_params(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Of a run's ``params`` (the DAG's ``defaults`` with what the trigger gave over them),
+    those the trigger gave: a name the DAG has no default for, or a value other than its
+    default. A given value equal to the default cannot be told from it, and counts as not
+    given."""
+    return {
+        name: value
+        for name, value in params.items()
+        if name not in defaults or value != defaults[name]
+    }
 
 
 def _run_task(task: TaskLike, context: Context, run: TaskRun) -> Generator[Metadata, None, Any]:
@@ -380,27 +454,29 @@ def check_call(
     function: Callable[..., Any],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
+    unprovided: Mapping[str, str],
     extra: frozenset[str] = frozenset(),
 ) -> None:
     """Raise now what calling ``function`` in a run would: a parameter naming context a run
-    does not have, or one that neither the call nor the context gives."""
+    does not have (``unprovided``, by reason), a read of such context in its body, or a
+    parameter that neither the call nor the context gives."""
     signature = inspect.signature(function)
     try:
         bound = signature.bind_partial(*args, **kwargs).arguments
     except TypeError as error:
         raise TypeError(f"{owner}: {error}") from None
+    var_keyword = [p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD]
+    _check_reads(owner, function, var_keyword[0] if var_keyword else None, unprovided)
     for parameter in signature.parameters.values():
-        if parameter.kind is parameter.VAR_KEYWORD:
-            _check_reads(owner, function, parameter.name)
         if parameter.name in bound or parameter.kind in (
             parameter.VAR_POSITIONAL,
             parameter.VAR_KEYWORD,
         ):
             continue
-        if parameter.name in UNPROVIDED:
+        if parameter.name in unprovided:
             raise NotSupported(
                 f"{owner}: the parameter {parameter.name!r}",
-                f"a triggerer run has no {parameter.name!r}: {UNPROVIDED[parameter.name]}",
+                f"a triggerer run has no {parameter.name!r}: {unprovided[parameter.name]}",
             )
         if (
             parameter.default is parameter.empty
@@ -410,26 +486,49 @@ def check_call(
             raise TypeError(f"{owner}: missing a required argument: {parameter.name!r}")
 
 
-def _check_reads(owner: str, function: Callable[..., Any], kwargs_name: str) -> None:
-    """Refuse a read of context a run does not have from the function's ``**kwargs``
-    (``context["ds"]``, ``context.get("ds")``) or from ``get_current_context()``: the first
-    fails only when the run gets there, the second goes on with ``None``."""
+def _check_reads(
+    owner: str, function: Callable[..., Any], kwargs_name: str | None, unprovided: Mapping[str, str]
+) -> None:
+    """Refuse a read of context a run does not have (``unprovided``) from the function's
+    ``**kwargs`` (``context["ds"]``, ``context.get("ds")``), from ``get_current_context()``
+    or a variable assigned it: ``[]`` fails only when the run gets there, and ``get()`` of
+    the ``**kwargs`` goes on with ``None``."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError):
         return  # no source to read (a lambda in an expression, a builtin): checked at run time
+    names = _context_variables(tree) | ({kwargs_name} if kwargs_name else set())
     for node in ast.walk(tree):
-        key = _key_read(node, kwargs_name)
-        if key in UNPROVIDED and isinstance(node, (ast.Subscript, ast.Call)):
+        key = _key_read(node, names)
+        if key is not None and key in unprovided and isinstance(node, (ast.Subscript, ast.Call)):
             raise NotSupported(
                 f"{owner}: reading {key!r} from the context (line {node.lineno} of the function)",
-                f"a triggerer run has no {key!r}: {UNPROVIDED[key]}",
+                f"a triggerer run has no {key!r}: {unprovided[key]}",
             )
 
 
-def _key_read(node: ast.AST, name: str) -> str | None:
-    """The constant key ``node`` reads from the context: ``name[KEY]``, ``name.get(KEY)``,
-    ``get_current_context()[KEY]``."""
+def _context_variables(tree: ast.AST) -> set[str]:
+    """The names assigned ``get_current_context()`` in ``tree``."""
+    return {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and _is_current_context(node.value)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+
+def _is_current_context(node: ast.AST | None) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "get_current_context"
+    )
+
+
+def _key_read(node: ast.AST, names: set[str]) -> str | None:
+    """The constant key ``node`` reads from the context: ``NAME[KEY]``, ``NAME.get(KEY)``
+    (``NAME`` one of ``names``), ``get_current_context()[KEY]``."""
     target: ast.AST | None = None
     key: ast.AST | None = None
     if isinstance(node, ast.Subscript):
@@ -441,10 +540,8 @@ def _key_read(node: ast.AST, name: str) -> str | None:
         and node.args
     ):
         target, key = node.func.value, node.args[0]
-    is_context = (isinstance(target, ast.Name) and target.id == name) or (
-        isinstance(target, ast.Call)
-        and isinstance(target.func, ast.Name)
-        and target.func.id == "get_current_context"
+    is_context = (isinstance(target, ast.Name) and target.id in names) or _is_current_context(
+        target
     )
     if is_context and isinstance(key, ast.Constant) and isinstance(key.value, str):
         return key.value

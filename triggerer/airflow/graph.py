@@ -53,10 +53,16 @@ class DAG:
             raise ValueError(f"DAG({dag_id!r}): give schedule= alone")
         self.dag_id = dag_id
         self.defined_at = caller_site()
-        self.schedule = schedule_of(given[0] if given else None, kwargs.get("start_date"))
-        self.options = dag_options(dag_id, kwargs)
+        check_default_args(dag_id, default_args or {})
         self.default_args = dict(default_args or {})
-        check_default_args(dag_id, self.default_args)
+        # As in Airflow, a DAG without a start_date of its own takes default_args' one.
+        start_date = kwargs.get("start_date")
+        if start_date is None:
+            start_date = self.default_args.get("start_date")
+        self.schedule = schedule_of(given[0] if given else None, start_date)
+        # The context names a run of this DAG cannot give its tasks, each with the reason.
+        self.unprovided = executor.unprovided_in(self.schedule)
+        self.options = dag_options(dag_id, kwargs)
         self.task_dict: dict[str, Task] = {}
         self.pipeline: Pipeline | None = None
 
@@ -182,6 +188,12 @@ class Task:
 
     def set_downstream(self, other: object) -> None:
         for task in _tasks_of(other):
+            if self.dag.pipeline is not None:
+                raise NotSupported(
+                    f"{self.task_id} >> {task.task_id} in DAG {self.dag_id!r} after its with block",
+                    "the order of a DAG's tasks is fixed when its block ends; set "
+                    "dependencies inside the with block (or its @dag function)",
+                )
             if task.dag is not self.dag:
                 raise NotSupported(
                     f"{self.task_id} >> {task.task_id} across DAGs",
@@ -260,6 +272,17 @@ class XComArg:
 
     def concat(self, *_: Any) -> Any:
         raise NotSupported("XComArg.concat", "dynamic task mapping: a run runs each task once")
+
+    def __str__(self) -> str:
+        # Airflow's str() is a Jinja template of the value, rendered only in a templated field.
+        raise NotSupported(
+            f"an XComArg (the output of task {self.operator.task_id!r}) in a string",
+            "Airflow puts a template there, which a run does not render; pass task.output "
+            "as an argument and make the string inside the task",
+        )
+
+    def __format__(self, format_spec: str) -> str:
+        return str(self)
 
     def __repr__(self) -> str:
         return f"XComArg({self.operator.task_id!r}, {self.key!r})"

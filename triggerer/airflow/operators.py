@@ -95,6 +95,7 @@ class PythonOperator(_Operator):
             python_callable,
             self.op_args,
             self.op_kwargs,
+            self.dag.unprovided,
             extra=frozenset({"templates_dict"}),
         )
         self.depends_on((self.op_args, self.op_kwargs, self.templates_dict))
