@@ -1233,8 +1233,9 @@ async function lastChanges(pipelineId) {
 // Who changed the pipeline, when and how: none for a caller who may not read the audit log.
 function changesSection(changes) {
   if (changes === null) return "";
-  const what = ({ action, details }) => {
+  const what = ({ action, target, details }) => {
     if (details.run_id) return `${action} ${details.run_id}`;
+    if (target.startsWith("run:")) return `${action} ${target.slice("run:".length)}`;  // cancel, rerun
     if (details.deleted !== undefined) return `${action} (${details.deleted} events)`;
     return action;
   };
