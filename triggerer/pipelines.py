@@ -20,7 +20,7 @@ from triggerer.schedules import (
     Schedule,
     as_condition,
 )
-from triggerer.sites import Site, caller_site
+from triggerer.sites import Site, caller_site, module_sites
 
 RunPolicy = Literal["coalesce", "per_event"]
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
@@ -201,6 +201,7 @@ class Pipeline:
             object.__setattr__(self, field_name, field_value)
         if _recording is not None:
             _recording.made.append(self)
+            _recording.modules[id(self)] = module_sites()
 
     @property
     def condition(self) -> BaseAsset | None:
@@ -344,6 +345,10 @@ class Recording:
 
     made: list[Pipeline] = dataclasses.field(default_factory=list)
     declared: list[Pipeline] = dataclasses.field(default_factory=list)
+    modules: dict[int, tuple[Site, ...]] = dataclasses.field(default_factory=dict)
+    """By ``id()`` of each pipeline made or declared: the modules whose top-level code was
+    running as it was declared, or else made (:func:`triggerer.sites.module_sites`), which say
+    whether the file's own code made it, or a module's import, and at which line of the file."""
 
 
 _recording: Recording | None = None
@@ -367,3 +372,4 @@ def declare(pipeline: Pipeline) -> None:
     import of a file, nothing happens."""
     if _recording is not None:
         _recording.declared.append(pipeline)
+        _recording.modules[id(pipeline)] = module_sites()

@@ -86,7 +86,35 @@ def too_few(spark, context):
     pass
 """
 
+DAG_LOOP = """
+from airflow.sdk import DAG, task
+
+for dag_id in ["sales", "sales"]:
+    with DAG(dag_id, schedule=None):
+        @task
+        def step():
+            return 1
+
+        step()
+"""
+SHARED_DAG = """
+from airflow.sdk import DAG, task
+
+with DAG("shared", schedule=None):
+    @task
+    def step():
+        return 1
+
+    step()
+"""
+FROM_HELPER = """
+from airflow.sdk import DAG
+import _shared_dag
+"""
+
 BROKEN = {
+    "dag_loop.py": DAG_LOOP,
+    "from_helper.py": FROM_HELPER,
     "renamed.py": RENAMED,
     "shadowed.py": SHADOWED,
     "reserved.py": RESERVED,
@@ -115,6 +143,18 @@ def expected_errors(folder: str) -> list[tuple[str, int, str]]:
             7,
             "watcher 'refunds_topic' of asset 'refunds': KafkaTrigger "
             "auto_offset_reset='newest' must be one of",
+        ),
+        (
+            f"{folder}/dag_loop.py",
+            5,
+            f"pipeline id 'sales' is already defined at {folder}/dag_loop.py:5; ids must be "
+            "unique (this definition is ignored)",
+        ),
+        (
+            f"{folder}/from_helper.py",
+            3,
+            f"DAG 'shared' is made in helper module {folder}/_shared_dag.py, line 4, as it is "
+            "imported: make it in the pipeline file, or in a function the file calls",
         ),
         (
             f"{folder}/renamed.py",
@@ -192,12 +232,18 @@ async def test_check_names_each_mistake_and_the_daemon_refuses_the_same(tmp_path
 
     for name, source in BROKEN.items():
         (folder / name).write_text(source)
+    (folder / "_shared_dag.py").write_text(SHARED_DAG)
     # The configured folder by default.
     checked = await triggerer_cli(env, "--config", str(config), "pipelines", "check", "--json")
     assert checked.returncode == 1, checked.stderr.decode()
     report = json.loads(checked.stdout)
     # A pipeline on an asset with a broken watcher loads: its other watcher feeds it.
-    assert [p["pipeline_id"] for p in report["pipelines"]] == ["on_refunds", "joined", "morning"]
+    assert [p["pipeline_id"] for p in report["pipelines"]] == [
+        "on_refunds",
+        "sales",
+        "joined",
+        "morning",
+    ]
     found = [(e["file"], e["line"], e["message"]) for e in report["errors"]]
     assert matches(found, expected_errors(str(folder))), found
 
@@ -225,9 +271,58 @@ async def test_check_names_each_mistake_and_the_daemon_refuses_the_same(tmp_path
         "joined",
         "morning",
         "on_refunds",
+        "sales",
     ]
     broken = {row["fileloc"]: row for row in rows if not row.get("pipeline_id")}
     for path, _line, start in expected_errors(str(folder)):
         assert path in broken, (path, sorted(broken))
         assert start in broken[path]["error"]
     assert broken[f"{folder}/bad_queue.py"]["line"] == 6  # a file's first error's line
+
+
+LOOPING = """
+import asyncio
+
+from triggerer import Asset, pipeline
+import _common
+
+
+async def setting():
+    return "orders"
+
+
+print("imported looping.py")
+
+
+@pipeline(schedule=Asset(asyncio.run(setting())), description=_common.TEAM)
+def on_orders(spark, context):
+    pass
+"""
+
+
+async def test_check_imports_a_file_as_the_daemon_does(tmp_path: Path) -> None:
+    """A file of a subfolder that imports a helper of the configured folder, runs an event
+    loop and prints as it is imported: it loads (was ModuleNotFoundError, then RuntimeError for
+    the loop), and its print goes to stderr, away from the JSON on stdout."""
+    deployment = Deployment(tmp_path, sqlite_url(tmp_path), NO_SPARK, bootstrap="", topic="")
+    folder = tmp_path / "pipelines"
+    (folder / "team").mkdir(parents=True)
+    (folder / "_common.py").write_text("TEAM = 'sales'\n")
+    job = folder / "team" / "job.py"
+    job.write_text(LOOPING)
+    config = deployment.config_file(pipelines={"dir": str(folder)})
+    checked = await triggerer_cli(
+        without_triggerer_variables(),
+        "--config",
+        str(config),
+        "pipelines",
+        "check",
+        str(job),
+        "--json",
+    )
+    assert checked.returncode == 0, checked.stderr.decode()
+    assert json.loads(checked.stdout) == {
+        "pipelines": [{"pipeline_id": "on_orders", "file": str(job), "schedule": "orders"}],
+        "errors": [],
+    }
+    assert checked.stderr.decode() == "imported looping.py\n"

@@ -77,9 +77,10 @@ def fails(spark, context):
     raise RuntimeError("the orders are bad")
 
 
-@pipeline(inlets=[raw])
+@pipeline(inlets=[raw, days])
 def reads_inlets(spark, context):
     print("INLET", json.dumps([[event.id, event.extra] for event in context.inlet_events[raw]]))
+    print("ALIAS", json.dumps([event.extra for event in context.inlet_events[days]]))
 
 
 @pipeline()
@@ -283,8 +284,12 @@ async def test_inlet_events_are_read_from_the_store_which_is_left_as_it_was(
 
     with_store = await pipelines_test(config, "reads_inlets")
     assert with_store.returncode == 0, with_store.stderr.decode()
-    [inlet] = [line for line in with_store.stdout.decode().splitlines() if line.startswith("INLET")]
+    lines = with_store.stdout.decode().splitlines()
+    [inlet] = [line for line in lines if line.startswith("INLET")]
     assert json.loads(inlet.removeprefix("INLET ")) == [[1, {"k": 1}], [2, {"k": 2}]]
+    # An alias inlet (was: AttributeError before the run, an alias having no URI).
+    [alias] = [line for line in lines if line.startswith("ALIAS")]
+    assert json.loads(alias.removeprefix("ALIAS ")) == []
     after = store_file(tmp_path).stat()
     assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)
     assert await query(url, runs) == []

@@ -38,6 +38,14 @@ def by_day(spark: object, context: object) -> None: ...
 def manual(spark: object, context: object) -> None: ...
 
 
+@pipeline(schedule=ORDERS, inlets=[AssetAlias("days"), RAW])
+def reads_days(spark: object, context: object) -> None: ...
+
+
+@pipeline(inlets=[AssetAlias("days")])
+def reads_only_days(spark: object, context: object) -> None: ...
+
+
 @pytest.mark.parametrize(
     ("text", "event"),
     [
@@ -116,6 +124,23 @@ def test_an_asset_the_pipeline_does_not_know_is_an_error_listing_those_it_does()
     )
     with pytest.raises(CliError, match="'manual' is scheduled on no asset and has no inlets"):
         triggering_events(manual, [GivenEvent("orders", {})])
+
+
+def test_an_alias_inlet_is_not_an_asset_an_event_names() -> None:
+    """Was: AttributeError (an alias has no URI) for every pipeline with an alias inlet."""
+    events = triggering_events(reads_days, [GivenEvent("orders", {}), GivenEvent("raw", {})])
+    assert [e.asset.name for e in events] == ["orders", "raw"]
+    with pytest.raises(CliError) as raised:
+        triggering_events(reads_days, [GivenEvent("days", {})])
+    assert str(raised.value) == (
+        "--event days=...: pipeline 'reads_days' knows no asset 'days'; give one of its "
+        "schedule's assets or inlets, by name or URI: orders, raw"
+    )
+    assert triggering_events(reads_only_days, []) == []
+    with pytest.raises(
+        CliError, match="'reads_only_days' is scheduled on no asset and has only alias inlets"
+    ):
+        triggering_events(reads_only_days, [GivenEvent("days", {})])
 
 
 def test_on_an_alias_any_asset_may_have_come() -> None:

@@ -9,9 +9,10 @@ import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -19,6 +20,9 @@ from triggerer.airflow import install as install_airflow_shim
 from triggerer.assets import Asset, AssetAlias, BaseAsset
 from triggerer.pipelines import Pipeline, Recording, recording
 from triggerer.service.file_checks import hidden_pipelines, unusable_watchers
+
+if TYPE_CHECKING:
+    from triggerer.sites import Site
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +57,11 @@ class LoadedPipelines:
     assets: dict[Asset, Asset] = dataclasses.field(default_factory=dict)
     aliases: set[AssetAlias] = dataclasses.field(default_factory=set)
     errors: list[LoadError] = dataclasses.field(default_factory=list)
+    made_by_their_files: dict[str, int] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """The ids of the pipelines that their file's own code made (rather than imported), each
+    with the line of the file that made it."""
 
 
 def load_pipelines(
@@ -64,12 +73,22 @@ def load_pipelines(
 
 
 @dataclasses.dataclass(frozen=True)
+class _Definitions:
+    """What one file defines, in its order."""
+
+    items: tuple[Pipeline | BaseAsset, ...] = ()
+    made: Mapping[int, int] = dataclasses.field(default_factory=dict)
+    """By ``id()``, each of its pipelines that the file's own code made (or declared), rather
+    than imported from another module, and the line of the file that made it."""
+
+
+@dataclasses.dataclass(frozen=True)
 class _File:
     """What one file defined when it was imported, and the stamp it had then."""
 
     stamp: tuple[int, int]
     """Its modification time (ns) and size: a file saved again differs in one of them."""
-    definitions: tuple[Pipeline | BaseAsset, ...]
+    definitions: _Definitions
     errors: tuple[LoadError, ...]
 
 
@@ -114,26 +133,35 @@ class PipelinesFolder:
         if on_import is not None:
             on_import(path)
         errors: list[LoadError] = []
-        definitions = _read_file(path, self.folder, errors) or ()
+        definitions = _read_file(path, self.folder, errors) or _Definitions()
         return _File(stamp, definitions, tuple(errors))
 
 
-def load_paths(paths: Sequence[Path]) -> LoadedPipelines:
+def load_paths(paths: Sequence[Path], folder: Path | None = None) -> LoadedPipelines:
     """What the pipeline files at ``paths`` (files, or folders of them) define together,
-    each read as the daemon reads its folder; a file given alone has its own folder on the
-    import path."""
+    each read as the daemon reads its folder: a path under ``folder`` (the configured pipelines
+    folder) imports with that folder on the import path, as the daemon's files do; a path
+    elsewhere, with its own folder (a file's, or the folder given)."""
     result = LoadedPipelines()
     for given in paths:
         if given.is_dir():
-            files = [(path, given) for path in pipeline_files(given, result.errors)]
+            files, importable = pipeline_files(given, result.errors), given
         elif given.is_file():
-            files = [(given, given.parent)]
+            files, importable = [given], given.parent
         else:
             result.errors.append(LoadError(str(given), None, "no such file or folder"))
             continue
-        for path, folder in files:
-            _collect(_read_file(path, folder, result.errors) or (), path, result)
+        if folder is not None and _is_under(given, folder):
+            importable = folder
+        for path in files:
+            definitions = _read_file(path, importable, result.errors) or _Definitions()
+            _collect(definitions, path, result)
     return result
+
+
+def _is_under(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or in it, links followed on both sides."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
 def pipeline_files(folder: Path, errors: list[LoadError] | None = None) -> list[Path]:
@@ -148,13 +176,29 @@ def pipeline_files(folder: Path, errors: list[LoadError] | None = None) -> list[
 
     found = []
     for directory, subfolders, names in os.walk(folder, onerror=unlisted):
-        subfolders[:] = [name for name in subfolders if not name.startswith((".", "_"))]
+        subfolders[:] = [name for name in subfolders if not name.startswith(_NOT_LOADED)]
         found += [
             Path(directory, name)
             for name in names
-            if name.endswith(".py") and not name.startswith((".", "_"))
+            if name.endswith(".py") and not name.startswith(_NOT_LOADED)
         ]
     return sorted(found)
+
+
+_NOT_LOADED = (".", "_")
+"""How the names of the files and folders that :func:`pipeline_files` skips start."""
+
+
+def _is_pipeline_file(filename: str, folder: Path) -> bool:
+    """Whether ``filename`` is one of the pipeline files of ``folder``, which the loader
+    imports on their own."""
+    try:
+        relative = Path(os.path.realpath(filename)).relative_to(os.path.realpath(folder))
+    except ValueError:
+        return False
+    return relative.suffix == ".py" and not any(
+        part.startswith(_NOT_LOADED) for part in relative.parts
+    )
 
 
 def import_pipeline_file(path: Path) -> dict[str, Pipeline]:
@@ -168,20 +212,24 @@ def import_pipeline_file(path: Path) -> dict[str, Pipeline]:
     return result.pipelines
 
 
-def _read_file(
-    path: Path, folder: Path, errors: list[LoadError]
-) -> tuple[Pipeline | BaseAsset, ...] | None:
+def _read_file(path: Path, folder: Path, errors: list[LoadError]) -> _Definitions | None:
     """Import one file: what it defines (``None`` if its import failed), and in ``errors``
     why, or why the daemon would refuse part of it."""
     with recording() as recorded:
         module = _import_file(path, folder, errors)
     if module is None:
         return None
-    definitions = _definitions(module, recorded)
     origin = module.__file__ or str(path)
+    definitions = _definitions(path, origin, module, recorded, folder, errors)
     found = hidden_pipelines(origin, recorded, definitions) + unusable_watchers(origin, definitions)
     errors += [LoadError(str(path), line, message) for line, message in found]
-    return definitions
+    items = _one_per_id(path, origin, definitions, recorded, errors)
+    made = {
+        id(item): modules[0][1]
+        for item in items
+        if (modules := recorded.modules.get(id(item))) and modules[0][0] == origin
+    }
+    return _Definitions(items, made)
 
 
 def _import_file(path: Path, folder: Path, errors: list[LoadError]) -> ModuleType | None:
@@ -246,49 +294,149 @@ def _syntax_error(path: Path, origin: str, error: SyntaxError) -> LoadError:
     )
 
 
-def _definitions(module: ModuleType, recorded: Recording) -> tuple[Pipeline | BaseAsset, ...]:
-    """The pipelines and assets a module defines at its top level, in its order, then the
-    pipelines it declared (:func:`triggerer.pipelines.declare`)."""
-    named = tuple(v for v in vars(module).values() if isinstance(v, (Pipeline, BaseAsset)))
-    held = {id(definition) for definition in named}
-    return named + tuple(p for p in recorded.declared if id(p) not in held)
+def _definitions(
+    path: Path,
+    origin: str,
+    module: ModuleType,
+    recorded: Recording,
+    folder: Path,
+    errors: list[LoadError],
+) -> tuple[Pipeline | BaseAsset, ...]:
+    """The pipelines and assets the module of the file at ``path`` defines at its top level,
+    in its order, then the pipelines its code declared (:func:`triggerer.pipelines.declare`),
+    each once.
+
+    A pipeline declared by a helper module's top-level code as the file imports it is an
+    error (in ``errors``) at the file's import: a module runs once, so the next file to import
+    it, or this one loaded again, would not have it. One declared by another pipeline file of
+    ``folder`` as the file imports it is that file's, which is loaded on its own."""
+    found = {id(v): v for v in vars(module).values() if isinstance(v, (Pipeline, BaseAsset))}
+    for pipeline in recorded.declared:
+        modules = recorded.modules[id(pipeline)]
+        if id(pipeline) in found:
+            continue  # held by a name of the file as well
+        if not modules or modules[0][0] == origin:
+            found[id(pipeline)] = pipeline
+        elif not _is_pipeline_file(modules[0][0], folder):
+            errors.append(_made_by_an_import(path, origin, pipeline, modules))
+    return tuple(found.values())
 
 
-def _collect(
-    definitions: tuple[Pipeline | BaseAsset, ...], path: Path, result: LoadedPipelines
-) -> None:
-    """Add the ``definitions`` of the file at ``path`` to ``result``."""
+def _made_by_an_import(
+    path: Path, origin: str, pipeline: Pipeline, modules: tuple[Site, ...]
+) -> LoadError:
+    """The error of a pipeline (an Airflow file's DAG) declared by the top-level code of the
+    module first in ``modules``, which the file at ``path`` (compiled as ``origin``) imports.
+    That module, and those on the way from the file to it, are forgotten (``sys.modules``): the
+    next file that imports them, or this one loaded again, runs them again and has this error
+    too, where it would otherwise lose the DAG without a word."""
+    helper = modules[0][0]
+    at_file = next((i for i, (made_in, _) in enumerate(modules) if made_in == origin), None)
+    # Not the file's own module, nor one importing it (__main__), nor any when the file's own
+    # code is not among them (a thread the file started).
+    on_the_way = {made_in for made_in, _ in modules[:at_file]} if at_file is not None else set()
+    for name, imported in list(sys.modules.items()):
+        if getattr(imported, "__file__", None) in on_the_way:
+            del sys.modules[name]
+    _, line = (
+        pipeline.defined_at
+        if pipeline.defined_at is not None and pipeline.defined_at[0] == helper
+        else modules[0]
+    )
+    return LoadError(
+        str(path),
+        None if at_file is None else modules[at_file][1],
+        f"DAG {pipeline.pipeline_id!r} is made in helper module {helper}, line {line}, as it "
+        "is imported: make it in the pipeline file, or in a function the file calls (a module "
+        "runs once, on its first import: this file loaded again would not have the DAG)",
+    )
+
+
+def _one_per_id(
+    path: Path,
+    origin: str,
+    definitions: tuple[Pipeline | BaseAsset, ...],
+    recorded: Recording,
+    errors: list[LoadError],
+) -> tuple[Pipeline | BaseAsset, ...]:
+    """``definitions`` with the first pipeline of each id: another of that id in the file
+    (made in a loop, by a factory called twice) is an error naming both lines, and ignored."""
+    first: dict[str, Pipeline] = {}
+    kept = []
     for definition in definitions:
         if isinstance(definition, Pipeline):
-            _add_pipeline(dataclasses.replace(definition, fileloc=str(path)), result)
+            known = first.setdefault(definition.pipeline_id, definition)
+            if known is not definition:
+                where = _place(str(path), _line_in_file(origin, known, recorded))
+                line = _line_in_file(origin, definition, recorded)
+                errors.append(LoadError(str(path), line, _duplicate(definition, where)))
+                continue
+        kept.append(definition)
+    return tuple(kept)
+
+
+def _line_in_file(origin: str, pipeline: Pipeline, recorded: Recording) -> int | None:
+    """The line of the file compiled as ``origin`` whose top-level code made (or declared)
+    ``pipeline``, else the line of its definition if that is in the file."""
+    for made_in, line in recorded.modules.get(id(pipeline), ()):
+        if made_in == origin:
+            return line
+    if pipeline.defined_at is not None and pipeline.defined_at[0] == origin:
+        return pipeline.defined_at[1]
+    return None
+
+
+def _collect(definitions: _Definitions, path: Path, result: LoadedPipelines) -> None:
+    """Add the ``definitions`` of the file at ``path`` to ``result``."""
+    for definition in definitions.items:
+        if isinstance(definition, Pipeline):
+            line = definitions.made.get(id(definition))
+            _add_pipeline(dataclasses.replace(definition, fileloc=str(path)), line, result)
         else:
             _add_condition(definition, result)
 
 
-def _add_pipeline(pipeline: Pipeline, result: LoadedPipelines) -> None:
+def _add_pipeline(pipeline: Pipeline, made_at: int | None, result: LoadedPipelines) -> None:
+    """Add ``pipeline``, which its file made at line ``made_at`` (``None``: imported)."""
+    made = result.made_by_their_files
     existing = result.pipelines.get(pipeline.pipeline_id)
     if existing is not None:
-        # The same definition imported into a second file is not a second pipeline.
-        reexported = _source(existing) == _source(pipeline)
-        if not reexported:
-            first_line = _line_in_own_file(existing)
-            first = f"{existing.fileloc}:{first_line}" if first_line else existing.fileloc
+        # The same definition imported into a second file is not a second pipeline, nor is one
+        # file's given twice (to pipelines check; one file's pipelines each have another id,
+        # see _one_per_id). Two files that each made one, by one factory, have two.
+        both_made = made_at is not None and existing.pipeline_id in made
+        if existing.fileloc != pipeline.fileloc and (
+            both_made or _source(existing) != _source(pipeline)
+        ):
+            first_line = made.get(existing.pipeline_id) or _line_in_own_file(existing)
             result.errors.append(
                 LoadError(
                     str(pipeline.fileloc),
-                    _line_in_own_file(pipeline),
-                    f"pipeline id {pipeline.pipeline_id!r} is already defined at {first}; "
-                    "ids must be unique (this definition is ignored)",
+                    made_at or _line_in_own_file(pipeline),
+                    _duplicate(pipeline, _place(str(existing.fileloc), first_line)),
                 )
             )
         return
     result.pipelines[pipeline.pipeline_id] = pipeline
+    if made_at is not None:
+        made[pipeline.pipeline_id] = made_at
     if pipeline.condition is not None:
         _add_condition(pipeline.condition, result)
     for outlet in pipeline.outlets:
         _add_condition(outlet, result)
     for inlet in pipeline.inlets:
         _add_condition(inlet, result)
+
+
+def _duplicate(pipeline: Pipeline, first: str) -> str:
+    return (
+        f"pipeline id {pipeline.pipeline_id!r} is already defined at {first}; ids must be "
+        "unique (this definition is ignored)"
+    )
+
+
+def _place(path: str, line: int | None) -> str:
+    return f"{path}:{line}" if line else path
 
 
 def _source(pipeline: Pipeline) -> tuple[object, ...]:

@@ -3,10 +3,11 @@ verbs, which print the rows they read as a table or as JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from triggerer.service.cli.store import with_session
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     ReadRows = Callable[[AsyncSession, argparse.Namespace], Awaitable[Sequence[View]]]
 
 Rows = list[dict[str, Any]]
+T = TypeVar("T")
 
 
 def listing(rows_of: ReadRows, columns: tuple[str, ...], *, cut: tuple[str, ...] = ()) -> Handler:
@@ -77,3 +79,13 @@ def quiet_client_logs() -> None:
     connection attempt would only repeat it."""
     for name in ("aiokafka", "botocore", "aiobotocore", "httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+async def loading(load: Callable[[], T]) -> T:
+    """``load()``, an import of pipeline files, as the daemon imports its folder: in a worker
+    thread (a file may run an event loop of its own as it is imported, which it cannot on the
+    verb's), and what the files print meanwhile on stderr, away from the verb's output."""
+    import anyio.to_thread
+
+    with contextlib.redirect_stdout(sys.stderr):
+        return await anyio.to_thread.run_sync(load)

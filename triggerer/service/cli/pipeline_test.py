@@ -21,7 +21,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from triggerer.service.cli.output import say
+from triggerer.service.cli.output import loading, say
 from triggerer.service.cli.store import CliError, with_store
 from triggerer.service.cli.verbs import verb
 
@@ -120,8 +120,8 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
 def triggering_events(pipeline: Pipeline, given: Sequence[GivenEvent]) -> list[SpecEvent]:
     """``given`` as the run's triggering events, in their order (numbered from 1, stamped now,
     their source ``cli``). Each names, by name or URI, an asset of the pipeline's schedule or an
-    inlet; on a schedule with an alias, any asset (``Asset(ASSET)``), since only a run adds
-    assets to an alias."""
+    asset inlet (an alias inlet's events are the store's); on a schedule with an alias, any
+    asset (``Asset(ASSET)``), since only a run adds assets to an alias."""
     from datetime import UTC, datetime
 
     from triggerer.assets import Asset
@@ -129,7 +129,8 @@ def triggering_events(pipeline: Pipeline, given: Sequence[GivenEvent]) -> list[S
     from triggerer.service.store.states import EventSource
 
     condition = pipeline.condition
-    known = list(dict.fromkeys([*(condition.iter_assets() if condition else ()), *pipeline.inlets]))
+    inlets = [inlet for inlet in pipeline.inlets if isinstance(inlet, Asset)]
+    known = list(dict.fromkeys([*(condition.iter_assets() if condition else ()), *inlets]))
     by_key = {key: asset for asset in known for key in (asset.name, asset.uri)}
     aliased = condition is not None and any(True for _ in condition.iter_aliases())
     now = datetime.now(UTC)
@@ -159,8 +160,9 @@ def triggering_events(pipeline: Pipeline, given: Sequence[GivenEvent]) -> list[S
 
 def _unknown(pipeline: Pipeline, name: str, known: Sequence[Any]) -> str:
     if not known:
+        inlets = "only alias inlets" if pipeline.inlets else "no inlets"
         return (
-            f"pipeline {pipeline.pipeline_id!r} is scheduled on no asset and has no inlets: "
+            f"pipeline {pipeline.pipeline_id!r} is scheduled on no asset and has {inlets}: "
             "test it without --event, as a manual run"
         )
     names = ", ".join(
@@ -196,13 +198,13 @@ SHOWN_PIPELINES = 20
 """How many of the folder's pipelines an unknown id's error names."""
 
 
-def find_pipeline(settings: Settings, pipeline_id: str) -> Pipeline:
+async def find_pipeline(settings: Settings, pipeline_id: str) -> Pipeline:
     """``pipeline_id`` of the configured pipelines folder; an error naming the folder, its
     pipelines and the files that failed to load when it has none of that id."""
     from triggerer.service.loader import load_pipelines
 
     folder = settings.pipelines.dir
-    loaded = load_pipelines(folder)
+    loaded = await loading(lambda: load_pipelines(folder))
     pipeline = loaded.pipelines.get(pipeline_id)
     if pipeline is not None:
         return pipeline
@@ -220,7 +222,7 @@ async def _test(settings: Settings, arguments: argparse.Namespace) -> int:
     from triggerer.service.runs.run_process import run_spec
     from triggerer.service.scheduling.schedule_queries import compose_run_id
 
-    pipeline = find_pipeline(settings, arguments.pipeline_id)
+    pipeline = await find_pipeline(settings, arguments.pipeline_id)
     events = triggering_events(pipeline, arguments.events)
     assert pipeline.fileloc is not None  # noqa: S101 - the loader sets it on every pipeline
     spark = foreground_spark(settings.spark)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from triggerer.service.cli import pipeline_test
-from triggerer.service.cli.output import listing, say, table
+from triggerer.service.cli.output import listing, loading, say, table
 from triggerer.service.cli.store import CliError, with_session
 from triggerer.service.cli.verbs import verb
 
@@ -151,7 +151,7 @@ async def _simulate(settings: Settings, arguments: argparse.Namespace) -> int:
             events.append(SimulatedEvent.of_json(value, where))
         except BadSimulation as error:
             raise CliError(str(error)) from None
-    loaded = load_pipelines(settings.pipelines.dir)
+    loaded = await loading(lambda: load_pipelines(settings.pipelines.dir))
     pipeline = loaded.pipelines.get(arguments.pipeline_id)
     if pipeline is None:
         failed = "".join(f"; {error.path} failed to load" for error in loaded.errors)
@@ -184,7 +184,8 @@ async def _check(settings: Settings, arguments: argparse.Namespace) -> int:
     they define and every error, with its file and line."""
     from triggerer.service.loader import load_paths
 
-    loaded = load_paths(arguments.paths or [settings.pipelines.dir])
+    folder = settings.pipelines.dir
+    loaded = await loading(lambda: load_paths(arguments.paths or [folder], folder))
     pipelines = [
         {
             "pipeline_id": pipeline.pipeline_id,
