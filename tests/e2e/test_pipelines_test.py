@@ -316,6 +316,8 @@ async def test_ctrl_c_stops_the_run_and_exits_130(tmp_path: Path, spark_remote: 
 LOCAL = """
 from triggerer import Asset, Metadata, pipeline
 
+from _shared import rows_of  # a helper module of the pipelines folder, above this file
+
 orders = Asset("orders")
 counted = Asset("counted")
 
@@ -323,7 +325,7 @@ counted = Asset("counted")
 def count(spark, context):
     [event] = context.triggering_asset_events[orders]
     # The classic API, which only a JVM of the run's own has.
-    rows = spark.sparkContext.parallelize(range(event.extra["n"])).count()
+    rows = spark.sparkContext.parallelize(range(rows_of(event))).count()
     yield Metadata(counted, {"rows": rows})
 """
 
@@ -331,7 +333,11 @@ def count(spark, context):
 @pytest.mark.slow  # a JVM of its own: make test-slow
 @pytest.mark.timeout(300)
 async def test_local_mode_runs_the_test_on_classic_spark_on_its_master(tmp_path: Path) -> None:
-    write_pipelines(tmp_path / "pipelines", LOCAL)
+    # In a subfolder, importing a helper of the folder: the run imports it as the daemon does.
+    write_pipelines(
+        tmp_path / "pipelines", "def rows_of(event):\n    return event.extra['n']\n", "_shared.py"
+    )
+    write_pipelines(tmp_path / "pipelines" / "counting", LOCAL)
     config = local_config(tmp_path, "local", master="local[1]")
     done = await pipelines_test(config, "count", "--event", 'orders={"n": 3}')
     stderr = done.stderr.decode()

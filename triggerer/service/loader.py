@@ -201,10 +201,13 @@ def _is_pipeline_file(filename: str, folder: Path) -> bool:
     )
 
 
-def import_pipeline_file(path: Path) -> dict[str, Pipeline]:
-    """The pipelines one file defines; an import error propagates (used by a run's process)."""
+def import_pipeline_file(path: Path, folder: Path | None = None) -> dict[str, Pipeline]:
+    """The pipelines one file defines, imported as the daemon imports it: with ``folder`` (the
+    configured pipelines folder) on the import path when the file is in it, else its own
+    folder. An import error propagates (used by a run's process)."""
     errors: list[LoadError] = []
-    definitions = _read_file(path, path.parent, errors)
+    importable = folder if folder is not None and _is_under(path, folder) else path.parent
+    definitions = _read_file(path, importable, errors)
     if definitions is None:
         raise ImportError(str(errors[0]))
     result = LoadedPipelines()

@@ -236,6 +236,7 @@ async def _test(settings: Settings, arguments: argparse.Namespace) -> int:
         partition_key=None,
         params=arguments.params,
         events=events,
+        pipelines_dir=str(settings.pipelines.dir),
     )
     _note(
         f"run {spec.run_id} of {pipeline.fileloc} with {len(events)} triggering event(s); "

@@ -433,6 +433,7 @@ class Launcher:
             partition_key=run.partition_key,
             params=run.params,
             events=events,
+            pipelines_dir=str(self._settings.pipelines.dir),
             local_server=server,
         )
         return spec, consumed

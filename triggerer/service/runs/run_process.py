@@ -34,10 +34,12 @@ def run_spec(
     partition_key: str | None,
     params: dict[str, Any],
     events: list[SpecEvent],
+    pipelines_dir: str,
     local_server: str | None = None,
 ) -> RunSpec:
-    """The spec of a try of ``pipeline`` (defined in ``fileloc``) on the Spark of ``spark``, or
-    as a client of ``local_server``, local mode's warm Connect server."""
+    """The spec of a try of ``pipeline`` (defined in ``fileloc``, imported as the files of
+    ``pipelines_dir`` are) on the Spark of ``spark``, or as a client of ``local_server``,
+    local mode's warm Connect server."""
     mode, remote = (spark.mode, spark.remote) if local_server is None else ("connect", local_server)
     return RunSpec(
         run_id=run_id,
@@ -50,6 +52,7 @@ def run_spec(
         params={**pipeline.params, **params},
         triggering_events=events,
         spark=SparkSpec(mode=mode, master=spark.master, remote=remote, conf=spark.conf),
+        pipelines_dir=pipelines_dir,
     )
 
 

@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = RunSpec.read(Path(spec_path))
     # Before the pipeline's file is imported: what it starts (a Spark JVM, a tool) inherits it.
     trace_environment(os.environ, spec.trace_context)
-    pipeline = _find_pipeline(spec.fileloc, spec.pipeline_id)
+    pipeline = _find_pipeline(spec)
     context = build_context(spec, pipeline)
     spark = _spark_session(spec, pipeline)
     try:
@@ -178,11 +178,12 @@ def _received(connection: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
-def _find_pipeline(fileloc: str, pipeline_id: str) -> Pipeline:
-    pipelines = import_pipeline_file(Path(fileloc))
-    if pipeline_id not in pipelines:
-        raise LookupError(f"pipeline {pipeline_id!r} is no longer defined in {fileloc}")
-    return pipelines[pipeline_id]
+def _find_pipeline(spec: RunSpec) -> Pipeline:
+    folder = None if spec.pipelines_dir is None else Path(spec.pipelines_dir)
+    pipelines = import_pipeline_file(Path(spec.fileloc), folder)
+    if spec.pipeline_id not in pipelines:
+        raise LookupError(f"pipeline {spec.pipeline_id!r} is no longer defined in {spec.fileloc}")
+    return pipelines[spec.pipeline_id]
 
 
 def _spark_session(spec: RunSpec, pipeline: Pipeline) -> Any:

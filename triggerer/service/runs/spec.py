@@ -68,6 +68,10 @@ class RunSpec(msgspec.Struct, frozen=True):
     inlets_socket: str | None = None
     """Where the daemon answers for the pipeline's inlet events (``daemon/inlets.py``); the run
     holds no database credential."""
+    pipelines_dir: str | None = None
+    """The configured pipelines folder, on the run's import path as on the daemon's when the
+    file is in it (a file importing a helper module of the folder from a subfolder of it);
+    None: the file's own folder."""
     trace_context: str | None = None
     """The ``traceparent`` of the run's span (``[tracing]``): the run's ``context.trace_context``
     and its ``TRACEPARENT``; None when tracing is off."""
