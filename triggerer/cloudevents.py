@@ -41,8 +41,11 @@ store's dedup keys hold 1,500 characters."""
 
 ATTRIBUTE_NAME = re.compile(r"[a-z0-9]+")
 """What an attribute's name is made of (the spec: lower-case ASCII letters and digits)."""
+#: ASCII digits only: ``\d`` matches any Unicode digit (full-width, Arabic-Indic), which
+#: ``int()`` reads, so such a time would pass.
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|([+-])(\d{2}):(\d{2}))"
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?"
+    r"(?:[Zz]|([+-])([0-9]{2}):([0-9]{2}))"
 )
 _JSON = msgspec.json.Decoder()
 _SHOWN_CHARS = 80

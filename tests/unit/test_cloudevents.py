@@ -103,6 +103,13 @@ def test_structured_data_follows_its_content_type() -> None:
         ({**DOCUMENT, "time": "2026-03-16 09:37"}, malformed("time", "RFC 3339")),
         ({**DOCUMENT, "time": "2026-02-30T00:00:00Z"}, malformed("time", "RFC 3339")),
         ({**DOCUMENT, "time": "2026-03-16T09:37:51+25:00"}, malformed("time")),
+        # Digits of other scripts (full-width, Arabic-Indic) are digits to Python, not to RFC 3339.
+        (
+            {**DOCUMENT, "time": "\uff12\uff10\uff12\uff16-03-16T09:37:51Z"},
+            malformed("time", "RFC 3339"),
+        ),
+        ({**DOCUMENT, "time": "2026-03-16T09:37:51.\uff15Z"}, malformed("time", "RFC 3339")),
+        ({**DOCUMENT, "time": "2026-03-16T09:37:51+0\u0661:00"}, malformed("time", "RFC 3339")),
         ({**DOCUMENT, "subject": ""}, malformed("subject", "must not be empty")),
         ({**DOCUMENT, "colour": {"r": 1}}, malformed("colour", "string, an integer or a boolean")),
         ({**DOCUMENT, "data_base64": "AA=="}, malformed("data_base64", "both")),
