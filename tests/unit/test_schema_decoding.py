@@ -1,5 +1,6 @@
 """The wire formats of schema registries, the JSON forms of decoded records and the decoders
-made from writers' schemas: pure logic, no registry (:mod:`watchers.schemas`)."""
+made from writers' schemas, and what a decoding error becomes: pure logic, no registry is asked
+(:mod:`watchers.schemas`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import decimal
 import json
 import math
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,10 +19,11 @@ from tests.fixtures.schema_registry import avro_record, confluent, glue, proto_c
 from triggerer.triggers import UnusableTrigger, load_trigger
 from watchers import MessageQueueTrigger, PubSubTrigger, RabbitMqTrigger
 from watchers.kafka import KafkaTrigger
-from watchers.schemas import wire
+from watchers.schemas import decoding, wire
 from watchers.schemas.decoders import CorruptRecord, SchemaRejected, WriterSchema, decoder_of
-from watchers.schemas.decoding import BodyFormat
+from watchers.schemas.decoding import BodyFormat, Undecodable
 from watchers.schemas.json_forms import json_form, needs_conversion
+from watchers.schemas.registries import ConfluentRegistry, SchemaNotFound
 
 # -- wire formats
 
@@ -186,6 +189,60 @@ def test_a_corrupt_avro_record_says_why(cut: Any, says: str) -> None:
         decode(cut(avro_record(schema, {"s": "text"})))
 
 
+NODE = {"type": "record", "name": "Node", "fields": [{"name": "next", "type": ["null", "Node"]}]}
+TREE = {  # Tree -> a map of Branch -> an array of Tree
+    "type": "record",
+    "name": "Tree",
+    "fields": [
+        {
+            "name": "branches",
+            "type": {
+                "type": "map",
+                "values": {
+                    "type": "record",
+                    "name": "Branch",
+                    "fields": [{"name": "trees", "type": {"type": "array", "items": "Tree"}}],
+                },
+            },
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "shallow", "value", "deep"),
+    [
+        (WriterSchema("AVRO", json.dumps(NODE)), b"\x02\x00", {"next": {"next": None}}, None),
+        (
+            WriterSchema("AVRO", json.dumps(TREE)),
+            b"\x02\x02b\x00\x00",  # one branch "b", no trees
+            {"branches": {"b": {"trees": []}}},
+            b"\x02\x02b\x02" * 50_000,
+        ),
+        (  # a record holding itself with no way to end: every one is nested without end
+            WriterSchema(
+                "AVRO",
+                json.dumps({"type": "record", "name": "L", "fields": [{"name": "l", "type": "L"}]}),
+            ),
+            None,
+            None,
+            b"",
+        ),
+    ],
+    ids=["union", "map-and-array", "endless"],
+)
+def test_a_record_of_a_type_holding_itself_is_read_to_a_bounded_depth(
+    schema: WriterSchema, shallow: bytes | None, value: Any, deep: bytes | None
+) -> None:
+    """fastavro's compiled reader overflowed the C stack on such a record nested a few
+    thousand levels: the process died (a segmentation fault)."""
+    decode = decoder_of(schema)
+    if shallow is not None:
+        assert decode(shallow) == value
+    with pytest.raises(CorruptRecord, match="nested deeper than its reader goes"):
+        decode(b"\x02" * 100_000 + b"\x00" if deep is None else deep)
+
+
 @pytest.mark.parametrize(
     ("schema", "says"),
     [
@@ -220,6 +277,18 @@ def test_a_json_schema_record_is_validated() -> None:
         decode(b'{"items": [{}]}')
     with pytest.raises(CorruptRecord, match="not JSON"):
         decode(b"{")
+
+
+def test_a_json_schema_record_the_library_cannot_check_is_corrupt() -> None:
+    """A ``$ref`` none of the schema's references holds (nothing is fetched from elsewhere),
+    met by a record reaching it; JSON nested deeper than the decoder goes."""
+    schema = {"type": "object", "properties": {"item": {"$ref": "item.json"}}}
+    decode = decoder_of(WriterSchema("JSON", json.dumps(schema)))
+    assert decode(b"{}") == {}
+    with pytest.raises(CorruptRecord, match="refers to what none of its references holds"):
+        decode(b'{"item": {}}')
+    with pytest.raises(CorruptRecord, match="nested too deeply"):
+        decode(b"[" * 5000 + b"]" * 5000)
 
 
 def _proto_file() -> descriptor_pb2.FileDescriptorProto:
@@ -280,6 +349,16 @@ def test_protobuf_records_decode_by_their_message_indexes() -> None:
         decode(b"\x02\x0a")
     with pytest.raises(CorruptRecord, match="corrupt Protobuf message"):
         decode(b"\x00\x0a\xff")
+
+
+def test_a_protobuf_value_without_a_json_form_is_corrupt() -> None:
+    """A Timestamp the wire holds but ProtoJSON cannot write (after year 9999)."""
+    file = _proto_file()
+    order = proto_class(file, "Order")(id=1)
+    order.at.seconds = 2**62
+    decode = decoder_of(WriterSchema("PROTOBUF", file.SerializeToString()))
+    with pytest.raises(CorruptRecord, match=r"without a JSON form: .*Timestamp is not valid"):
+        decode(b"\x00" + order.SerializeToString())
 
 
 def test_a_protobuf_schema_decodes_with_the_files_it_imports() -> None:
@@ -371,3 +450,71 @@ async def test_json_needs_no_registry_and_no_bytes_decode_to_none() -> None:
     plain = BodyFormat()
     assert (await plain.decode(b'{"a": 1}')).value == {"a": 1}
     assert await BodyFormat("avro", "http://127.0.0.1:9").decode(None) == (None, None)
+
+
+# -- any error of a library on a record or a schema: a dead letter, not the watcher's error
+
+
+def served(monkeypatch: pytest.MonkeyPatch, schema: WriterSchema) -> tuple[str, list[int | str]]:
+    """The URL of a registry of the test's own serving ``schema`` as id 1 (no registry is
+    asked: its fetch is replaced), and the ids it is asked for."""
+    fetched: list[int | str] = []
+
+    async def fetch(
+        self: ConfluentRegistry, schema_id: int | str, *, schema_type: str
+    ) -> WriterSchema:
+        fetched.append(schema_id)
+        if schema_id != 1:
+            raise SchemaNotFound(f"schema id {schema_id} is not in the registry")
+        return schema
+
+    monkeypatch.setattr(ConfluentRegistry, "fetch", fetch)
+    # Decoders are kept per registry URL for the event loop's life: a URL of its own.
+    return f"http://registry-{uuid.uuid4().hex}.invalid:8081", fetched
+
+
+async def test_a_library_error_on_a_record_is_undecodable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    file = _proto_file()
+    order = proto_class(file, "Order")(id=1)
+    order.at.seconds = 2**62
+    url, _ = served(monkeypatch, WriterSchema("PROTOBUF", file.SerializeToString()))
+    with pytest.raises(Undecodable, match=r"value_format='protobuf': .*without a JSON form"):
+        await BodyFormat("protobuf", url).decode(confluent(1, order.SerializeToString(), (0,)))
+
+
+async def test_any_error_of_a_decoder_is_undecodable_and_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a library raises that its decoder does not expect (here a bug's ZeroDivisionError,
+    in place and in a worker thread for a large record) makes the message a dead letter."""
+
+    def decoder_of_a_bug(schema: WriterSchema) -> Callable[[bytes | memoryview], Any]:
+        def decode(record: bytes | memoryview) -> Any:
+            return 1 / 0
+
+        return decode
+
+    monkeypatch.setattr(decoding, "decoder_of", decoder_of_a_bug)
+    url, _ = served(monkeypatch, WriterSchema("AVRO", '"long"'))
+    body_format = BodyFormat("avro", url)
+    for record in (b"\x02", b"\x02" * decoding.THREAD_FROM_BYTES):
+        with pytest.raises(Undecodable, match="ZeroDivisionError: division by zero") as raised:
+            await body_format.decode(confluent(1, record))
+        assert raised.value.raw == confluent(1, record)
+
+
+async def test_a_library_error_on_a_schema_is_undecodable_and_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A schema nested deeper than the library goes (its parser's RecursionError) is refused
+    like any schema the library refuses: each message of it a dead letter, fetched once."""
+    deep = '"long"'
+    for _ in range(2000):
+        deep = f'{{"type": "array", "items": {deep}}}'
+    url, fetched = served(monkeypatch, WriterSchema("AVRO", deep))
+    for _ in range(2):
+        with pytest.raises(Undecodable, match="schema 1: the library refuses it: RecursionError"):
+            await BodyFormat("avro", url).decode(confluent(1, b"\x00"))
+    assert fetched == [1]

@@ -120,7 +120,14 @@ def _avro_decoder(schema: WriterSchema) -> Decoder:
         ValueError,
     ) as error:
         raise SchemaRejected(f"fastavro refuses the Avro schema: {_described(error)}") from None
-    read = fastavro.schemaless_reader
+    # fastavro's compiled reader recurses on the C stack, unchecked: a record of a type that
+    # holds itself, nested a few thousand levels (or of a type holding itself with no way to
+    # end), would crash the daemon, again at each restart. Such types are read by its Python
+    # reader, whose depth Python bounds (a RecursionError).
+    if _recursive(named):
+        read = importlib.import_module("fastavro._read_py").schemaless_reader
+    else:
+        read = fastavro.schemaless_reader
     convert = needs_conversion(documents)
 
     def decode(record: memoryview | bytes) -> Any:
@@ -132,6 +139,11 @@ def _avro_decoder(schema: WriterSchema) -> Decoder:
         # UTF-8 or a date out of range (ValueError, OverflowError).
         except (EOFError, IndexError, KeyError, ValueError, OverflowError) as error:
             raise CorruptRecord(f"corrupt Avro record: {_described(error)}") from None
+        except RecursionError:
+            raise CorruptRecord(
+                "Avro record nested deeper than its reader goes (about 150 levels of a type "
+                "that holds itself)"
+            ) from None
         extra = len(record) - buffer.tell()
         if extra:
             raise CorruptRecord(f"corrupt Avro record: {extra} bytes left after the record")
@@ -143,6 +155,51 @@ def _avro_decoder(schema: WriterSchema) -> Decoder:
             raise CorruptRecord(f"Avro record without a JSON form: {error}") from None
 
     return decode
+
+
+_NAMED_AVRO_TYPES = frozenset({"record", "error", "enum", "fixed"})
+
+
+def _recursive(named: dict[str, Any]) -> bool:
+    """Whether one of the named types of a parsed Avro schema (fastavro's ``named_schemas``)
+    holds itself, directly or through others."""
+    refers = {name: _named_in(definition) for name, definition in named.items()}
+    for name, direct in refers.items():
+        seen: set[str] = set()
+        todo = list(direct)
+        while todo:
+            other = todo.pop()
+            if other == name:
+                return True
+            if other not in seen:
+                seen.add(other)
+                todo.extend(refers.get(other, ()))
+    return False
+
+
+def _named_in(definition: dict[str, Any]) -> set[str]:
+    """The names a named type's parsed definition refers to (its fields' types, by name or
+    defined in place, whose own definitions are not looked into: they are among the named
+    types too)."""
+    found: set[str] = set()
+    todo: list[Any] = [field.get("type") for field in definition.get("fields", ())]
+    while todo:
+        schema = todo.pop()
+        if isinstance(schema, str):
+            found.add(schema)
+        elif isinstance(schema, list):
+            todo.extend(schema)
+        elif isinstance(schema, dict):
+            kind = schema.get("type")
+            if kind in _NAMED_AVRO_TYPES and "name" in schema:
+                found.add(schema["name"])
+            elif kind == "array":
+                todo.append(schema.get("items"))
+            elif kind == "map":
+                todo.append(schema.get("values"))
+            else:
+                todo.append(kind)  # a logical type's, or a type in {"type": ...}
+    return found
 
 
 # -- Protobuf
@@ -181,12 +238,16 @@ def _protobuf_decoder(schema: WriterSchema) -> Decoder:
             message = message_class(indexes).FromString(bytes(body))
         except decode_error as error:
             raise CorruptRecord(f"corrupt Protobuf message: {error}") from None
-        return json_format.MessageToDict(
-            message,
-            always_print_fields_with_no_presence=True,
-            preserving_proto_field_name=True,
-            descriptor_pool=pool,
-        )
+        try:
+            return json_format.MessageToDict(
+                message,
+                always_print_fields_with_no_presence=True,
+                preserving_proto_field_name=True,
+                descriptor_pool=pool,
+            )
+        # A value without a JSON form: a Timestamp or Duration out of ProtoJSON's range.
+        except json_format.Error as error:
+            raise CorruptRecord(f"Protobuf message without a JSON form: {error}") from None
 
     return decode
 
@@ -259,7 +320,18 @@ def _json_schema_decoder(schema: WriterSchema) -> Decoder:
             value = _JSON.decode(record)
         except msgspec.DecodeError as error:
             raise CorruptRecord(f"not JSON: {error}") from None
-        problem = best_match(validator.iter_errors(value))
+        except RecursionError:
+            raise CorruptRecord(
+                "JSON nested too deeply to read (over about 1,000 levels)"
+            ) from None
+        try:
+            problem = best_match(validator.iter_errors(value))
+        # A $ref the record leads validation to, which neither the schema nor its references
+        # hold (nothing is fetched from elsewhere).
+        except referencing.exceptions.Unresolvable as error:
+            raise CorruptRecord(
+                f"the JSON schema refers to what none of its references holds: {error}"
+            ) from None
         if problem is not None:
             raise CorruptRecord(
                 f"the JSON does not match its schema at {problem.json_path}: {problem.message}"

@@ -8,8 +8,9 @@ is made. ``await body_format.decode(raw)`` gives the :class:`Decoded` record and
 or raises:
 
 - :class:`Undecodable`: the message cannot be decoded (not the registry's wire format, an id
-  the registry does not hold, a corrupt record, a schema the library refuses): the trigger makes
-  it a dead letter with the reason, and goes on;
+  the registry does not hold, a corrupt record, a schema the library refuses, any other error
+  of the library on the record or its schema, named): the trigger makes it a dead letter with
+  the reason, and goes on;
 - :class:`~watchers.schemas.registries.RegistryUnavailable` once the registry has not answered
   a few tries in a row, or :class:`~watchers.schemas.registries.RegistryRefused`: the message is
   not acknowledged and the error fails the watcher, which the daemon restarts with backoff
@@ -157,11 +158,10 @@ class BodyFormat:
                 decoder = await self._decoder(schemas, schema_id)
             elif isinstance(decoder, SchemaRejected):
                 raise decoder
-            if len(record) < THREAD_FROM_BYTES:
-                return Decoded(decoder(record), schema_id)
-            return Decoded(await anyio.to_thread.run_sync(decoder, record), schema_id)
+            value = await _decoded(decoder, record)
         except (wire.NotWireFormat, CorruptRecord, SchemaRejected, SchemaNotFound) as error:
             raise Undecodable(f"{self.option}={self.value_format!r}: {error}", raw) from None
+        return Decoded(value, schema_id)
 
     async def _decoder(self, schemas: _Schemas, schema_id: int | str) -> Decoder:
         backoff = Backoff(max_s=BACKOFF_IN_PLACE_MAX_S)
@@ -178,6 +178,23 @@ class BodyFormat:
     def _schemas(self) -> _Schemas:
         assert self.schema_registry is not None  # noqa: S101 - checked in __post_init__
         return schemas_of(self.schema_registry)
+
+
+async def _decoded(decoder: Decoder, record: bytes | memoryview) -> Any:
+    """``record`` decoded, in a worker thread when large; a :class:`CorruptRecord` for any
+    error of the decoding library, which its decoder did not turn into one (a value out of
+    the range its JSON form allows, a ``$ref`` of the schema nothing provides, nesting too deep
+    for it): decoding the same bytes again would fail again."""
+    try:
+        if len(record) < THREAD_FROM_BYTES:
+            return decoder(record)
+        return await anyio.to_thread.run_sync(decoder, record)
+    except CorruptRecord:
+        raise
+    # What a library raises on a record is not all known (nor kept the same across versions);
+    # whatever it is, the message is a dead letter, not the watcher's error read again forever.
+    except Exception as error:  # noqa: BLE001
+        raise CorruptRecord(f"{type(error).__name__}: {error}") from None
 
 
 class _Schemas:
@@ -225,6 +242,13 @@ class _Schemas:
                 result = decoder_of(schema)
             except SchemaRejected as rejected:
                 result = SchemaRejected(f"schema {schema_id}: {rejected}")
+            # A library's error decoder_of does not turn into a verdict (a schema nested too
+            # deep for it): as much a verdict on the schema, kept like one, not the watcher's
+            # error met again at each restart.
+            except Exception as error:  # noqa: BLE001
+                result = SchemaRejected(
+                    f"schema {schema_id}: the library refuses it: {type(error).__name__}: {error}"
+                )
         # A registry never changes the schema of an id: the decoder, or why there is none,
         # holds for the daemon's life.
         self.decoders[schema_id, schema_type] = result
