@@ -48,6 +48,8 @@ _RFC3339 = re.compile(
     r"(?:[Zz]|([+-])([0-9]{2}):([0-9]{2}))"
 )
 _JSON = msgspec.json.Decoder()
+TOO_DEEP = "is JSON nested too deeply to read (over about 1,000 levels)"
+"""Why JSON that msgspec's decoder refuses with a ``RecursionError`` is not read."""
 _SHOWN_CHARS = 80
 
 
@@ -138,6 +140,8 @@ def of_structured(body: bytes | str) -> CloudEvent:
         document = _JSON.decode(body)
     except msgspec.DecodeError as error:
         raise MalformedCloudEvent(f"CloudEvent in JSON format is not JSON: {error}") from None
+    except RecursionError:
+        raise MalformedCloudEvent(f"CloudEvent in JSON format {TOO_DEEP}") from None
     return of_json(document)
 
 
@@ -205,6 +209,8 @@ def decode_data(raw: bytes | None, content_type: str | None) -> Any:
                 f"says so: {error}",
                 "data",
             ) from None
+        except RecursionError:
+            raise MalformedCloudEvent(f"CloudEvent data {TOO_DEEP}", "data") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -235,7 +235,9 @@ def _of_body(body: bytes | str | None) -> CloudEvent | None:
         return None
     try:
         document = _JSON.decode(body)
-    except msgspec.DecodeError:
+    # RecursionError: JSON nested deeper than the decoder goes (about 1,000 levels), which
+    # decode_body keeps as text too.
+    except (msgspec.DecodeError, RecursionError):
         return None  # text that names it: not a CloudEvent
     if not isinstance(document, dict) or "specversion" not in document:
         return None

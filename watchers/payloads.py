@@ -18,16 +18,17 @@ def decode_body(raw: bytes | str | None) -> Any:
     """The decoded JSON when ``raw`` is JSON the store can hold, else its UTF-8 text when that
     holds no NUL character, else ``{"base64": ...}`` of its bytes.
 
-    What decodes is strict JSON: ``NaN``, numbers that overflow a double and lone surrogate
-    escapes make a body text, not JSON. So does the escape ``\\u0000`` anywhere in it, as a NUL
-    character (U+0000) in a string is what PostgreSQL cannot store. Nothing is lost either way:
-    the text is the message itself.
+    What decodes is strict JSON: ``NaN``, numbers that overflow a double, lone surrogate
+    escapes and nesting over about 1,000 levels make a body text, not JSON. So does the escape
+    ``\\u0000`` anywhere in it, as a NUL character (U+0000) in a string is what PostgreSQL
+    cannot store. Nothing is lost either way: the text is the message itself.
     """
     if raw is None:
         return None
     try:
         value = _JSON.decode(raw)
-    except msgspec.DecodeError:
+    # RecursionError: JSON nested deeper than the decoder goes (about 1,000 levels).
+    except (msgspec.DecodeError, RecursionError):
         pass
     else:
         # JSON text has NUL characters only as this escape (a raw one is malformed).

@@ -131,6 +131,25 @@ def test_a_structured_body_that_is_not_json_is_malformed() -> None:
         of_structured(b"{not json")
 
 
+DEEP = b"[" * 5000 + b"]" * 5000
+"""JSON nested deeper than msgspec goes: it raises a RecursionError, not a DecodeError."""
+
+
+def test_json_nested_too_deep_is_malformed_or_no_cloudevent() -> None:
+    deep_event = json.dumps(ATTRIBUTES).encode()[:-1] + b', "data": ' + DEEP + b"}"
+    with pytest.raises(MalformedCloudEvent, match="nested too deeply") as raised:
+        of_structured(deep_event)
+    assert raised.value.attribute is None
+    with pytest.raises(MalformedCloudEvent, match="data is JSON nested too deeply") as raised:
+        of_binary(ATTRIBUTES, DEEP, "application/json")
+    assert raised.value.attribute == "data"
+    # A body that only its content could make a CloudEvent is none, as it is no JSON to read
+    # (its payload holds it as text).
+    assert KAFKA.recognise([], deep_event) is None
+    with pytest.raises(MalformedCloudEvent, match="nested too deeply"):
+        KAFKA.recognise([("content-type", b"application/cloudevents+json")], deep_event)
+
+
 @pytest.mark.parametrize(
     "time",
     ["2026-03-16T09:37:51Z", "2026-03-16t09:37:51.123456789z", "1990-12-31T15:59:60-08:00"],

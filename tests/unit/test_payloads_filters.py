@@ -43,6 +43,12 @@ def test_decode_body_non_json_constants_stay_text(raw: bytes) -> None:
     assert decode_body(raw) == raw.decode()
 
 
+@pytest.mark.parametrize("raw", [b"[" * 5000 + b"]" * 5000, "[" * 5000 + "]" * 5000])
+def test_decode_body_json_nested_too_deep_stays_text(raw: bytes | str) -> None:
+    """msgspec refuses it with a RecursionError, not a DecodeError."""
+    assert decode_body(raw) == "[" * 5000 + "]" * 5000
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

@@ -30,6 +30,7 @@ from watchers.kafka.client import (
 from watchers.payloads import decode_body
 from watchers.processing import ADDED_LATER, UNREADABLE, CountingTrigger, Processing
 from watchers.schemas.decoding import BodyFormat, Decoded
+from watchers.schemas.registries import RegistryError
 from watchers.uris import split_uri
 
 if TYPE_CHECKING:
@@ -295,7 +296,13 @@ class KafkaTrigger(CountingTrigger):
                     record.value, cloudevents.KAFKA, record.headers
                 )
         except UNREADABLE as error:
-            return self._undecodable(record, ack, error)
+            return self._undecodable(record, ack, str(error))
+        except RegistryError:
+            raise  # not the message's fault: the watcher fails, the message is read again
+        # A decoding step's error none of them turned into a reason (a library's, a bug): the
+        # message would fail again each time it is read, stalling its partition. A dead letter.
+        except Exception as error:  # noqa: BLE001
+            return self._undecodable(record, ack, f"{type(error).__name__}: {error}")
         try:
             event = self._process(record, ack, (key, value))
         # Processing runs user code (apply_function) that may raise anything: the message goes
@@ -356,7 +363,7 @@ class KafkaTrigger(CountingTrigger):
         return payload
 
     def _undecodable(
-        self, record: ConsumerRecord[bytes, bytes], ack: _Ack, error: ValueError
+        self, record: ConsumerRecord[bytes, bytes], ack: _Ack, reason: str
     ) -> TriggerEvent:
         """The dead letter of a message whose key or value cannot be decoded, or that is a
         malformed CloudEvent: its payload with both as ``value_format="json"`` gives them."""
@@ -366,7 +373,7 @@ class KafkaTrigger(CountingTrigger):
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,
-            error=str(error),
+            error=reason,
         )
         payload = self._payload(
             record, Decoded(decode_body(record.key)), Decoded(decode_body(record.value))
@@ -376,7 +383,7 @@ class KafkaTrigger(CountingTrigger):
             dedup_key=dedup_key(record),
             ack=ack,
             sent_at=record.timestamp / 1000 if record.timestamp > 0 else None,
-            dead_letter=str(error),
+            dead_letter=reason,
         )
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: Exception) -> None:

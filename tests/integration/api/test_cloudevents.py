@@ -187,6 +187,14 @@ async def test_a_malformed_cloudevent_is_422_naming_the_attribute(api: Api) -> N
         ),
         (b"{}", {"ce-id": "1"}, "?uri=orders", "'source', 'specversion', 'type' are missing"),
         (b"{", BINARY_HEADERS, "?uri=orders", "data is not JSON"),
+        # JSON nested deeper than the decoder goes (a RecursionError, not a DecodeError)
+        (
+            json.dumps(CLOUDEVENT)[:-1] + ', "x": ' + "[" * 5000 + "]" * 5000 + "}",
+            {"Content-Type": STRUCTURED},
+            "?uri=orders",
+            "nested too deeply",
+        ),
+        (b"[" * 5000 + b"]" * 5000, BINARY_HEADERS, "?uri=orders", "data is JSON nested too"),
         (json.dumps(CLOUDEVENT), {"Content-Type": STRUCTURED}, "", "query parameter asset_id"),
         (
             json.dumps(CLOUDEVENT),
