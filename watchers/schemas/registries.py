@@ -5,7 +5,8 @@ httpx), or from AWS Glue Schema Registry (over aiobotocore). I/O only: what a sc
 A fetch that finds no such schema raises :class:`SchemaNotFound` (the message naming it is a
 dead letter); a registry that does not answer, times out or answers a server error raises
 :class:`RegistryUnavailable` (retried); a registry that refuses the daemon (unauthorised, a
-malformed answer) raises :class:`RegistryRefused` (the watcher's error).
+malformed answer, a 404 that is not Confluent's "not found" of a schema, subject or version: a
+wrong URL) raises :class:`RegistryRefused` (the watcher's error).
 
 Each fetch opens a client of its own and closes it: a daemon fetches each schema once, so a
 pool of connections kept open would serve nothing but the first messages.
@@ -28,6 +29,11 @@ from watchers.schemas.decoders import AVRO, JSON, PROTOBUF, WriterSchema
 REQUEST_TIMEOUT_S = 10.0
 #: References deeper than this are a loop, not a schema.
 MAX_REFERENCE_DEPTH = 32
+#: The ``error_code`` of a 404 by which Confluent's API says what a request names is not there:
+#: a schema id (``GET /schemas/ids/{id}``), a subject or a version (``GET /subjects/...``). Any
+#: other 404 (a proxy's, a wrong path prefix's) says nothing of the schema.
+_ID_NOT_FOUND_CODES = frozenset({40403})
+_VERSION_NOT_FOUND_CODES = frozenset({40401, 40402})
 _TRANSIENT_GLUE_CODES = frozenset(
     {"ThrottlingException", "InternalServiceException", "ServiceUnavailableException"}
 )
@@ -97,7 +103,9 @@ class ConfluentRegistry:
             verify=self._verify,
             timeout=self._timeout_s,
         ) as client:
-            answer = await self._get(client, f"/schemas/ids/{schema_id}", params)
+            answer = await self._get(
+                client, f"/schemas/ids/{schema_id}", params, _ID_NOT_FOUND_CODES
+            )
             if answer is None:
                 raise SchemaNotFound(f"schema id {schema_id} is not in the registry at {self.name}")
             return await self._schema(client, answer, params, depth=0)
@@ -120,9 +128,15 @@ class ConfluentRegistry:
                     f"the registry at {self.name} answered a Protobuf schema that is not base64 "
                     "with format=serialized"
                 ) from None
+        listed = answer.get("references") or []
+        if not isinstance(listed, list):
+            raise RegistryRefused(
+                f"the registry at {self.name} answered references that are not a list: "
+                f"{listed!r:.200}"
+            )
         references = [
             await self._reference(client, reference, params, depth=depth + 1)
-            for reference in answer.get("references") or ()
+            for reference in listed
         ]
         return WriterSchema(schema_type, schema, tuple(references))
 
@@ -141,7 +155,9 @@ class ConfluentRegistry:
                 f"the registry at {self.name} answered a malformed reference: {reference!r:.200}"
             ) from None
         path = f"/subjects/{urllib.parse.quote(str(subject), safe='')}/versions/{version}"
-        answer = await self._get(client, path, {"deleted": "true", **params})
+        answer = await self._get(
+            client, path, {"deleted": "true", **params}, _VERSION_NOT_FOUND_CODES
+        )
         if answer is None:
             raise SchemaNotFound(
                 f"schema reference {name!r} (subject {subject!r}, version {version}) is not in "
@@ -149,8 +165,15 @@ class ConfluentRegistry:
             )
         return str(name), await self._schema(client, answer, params, depth=depth)
 
-    async def _get(self, client: httpx.AsyncClient, path: str, params: dict[str, str]) -> Any:
-        """The JSON answer of ``GET path``; ``None`` for a 404."""
+    async def _get(
+        self,
+        client: httpx.AsyncClient,
+        path: str,
+        params: dict[str, str],
+        not_found: frozenset[int],
+    ) -> Any:
+        """The JSON answer of ``GET path``; ``None`` for a 404 whose ``error_code`` is one of
+        ``not_found``."""
         try:
             response = await client.get(self._url + path, params=params)
         except httpx.TransportError as error:
@@ -159,7 +182,13 @@ class ConfluentRegistry:
             ) from None
         status = response.status_code
         if status == httpx.codes.NOT_FOUND:
-            return None
+            if _error_code(response) in not_found:
+                return None
+            raise RegistryRefused(
+                f"schema registry at {self.name} answered GET {path} with a 404 that is not "
+                f"Confluent's schema, subject or version not found ({response.text[:200]}): is "
+                "the URL the registry's, with its path prefix if any?"
+            )
         if status >= httpx.codes.INTERNAL_SERVER_ERROR or status == httpx.codes.TOO_MANY_REQUESTS:
             raise RegistryUnavailable(
                 f"schema registry at {self.name} answered {status}: {response.text[:200]}"
@@ -174,6 +203,16 @@ class ConfluentRegistry:
             raise RegistryRefused(
                 f"schema registry at {self.name} answered GET {path} with what is not JSON"
             ) from None
+
+
+def _error_code(response: httpx.Response) -> int | None:
+    """The ``error_code`` of an answer in Confluent's error form, ``None`` in another."""
+    try:
+        answer = response.json()
+    except (ValueError, RecursionError):
+        return None
+    code = answer.get("error_code") if isinstance(answer, dict) else None
+    return code if isinstance(code, int) else None
 
 
 class GlueRegistry:

@@ -39,7 +39,7 @@ from watchers.pubsub import puller as pubsub_puller
 from watchers.pubsub import send as pubsub_send
 from watchers.rabbitmq import consumer as rabbitmq_consumer
 from watchers.schemas.decoding import BodyFormat, Undecodable
-from watchers.schemas.registries import RegistryUnavailable
+from watchers.schemas.registries import RegistryRefused, RegistryUnavailable
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -113,6 +113,54 @@ async def test_a_registry_that_does_not_answer_is_tried_again_then_raised(
     schema_registry.restore()
     decoded = await BodyFormat("avro", schema_registry.url).decode(raw)
     assert decoded.value == {"id": 1, "total": 0.0}
+
+
+async def test_only_confluents_not_found_is_a_schema_not_there(
+    schema_registry: FakeRegistry,
+) -> None:
+    """A 404 with ``error_code`` 40403 (an id), 40401 or 40402 (a reference's subject or
+    version) is a message of a schema the registry does not hold: a dead letter. Any other 404
+    (a wrong path prefix, a proxy's page) says nothing of the schema: the watcher's error,
+    naming the URL, so that a wrong URL dead-letters no message."""
+    schema_id = schema_registry.register("orders-value", ORDER)
+    raw = confluent(schema_id, avro_record(ORDER, {"id": 1, "total": 0.0}))
+    with pytest.raises(Undecodable, match="schema id 4040 is not in the registry"):
+        await BodyFormat("avro", schema_registry.url).decode(confluent(4040, b"\x02"))
+    for subject, version, says in [("nowhere", 1, "subject 'nowhere'"), ("orders-value", 2, "")]:
+        customer = {
+            "type": "record",
+            "name": "Customer",
+            "namespace": "shop",
+            "doc": f"{subject} {version}",  # a schema of its own: an id of its own
+            "fields": [{"name": "home", "type": "shop.Address"}],
+        }
+        referring = schema_registry.register(
+            f"customers-{subject}-{version}",
+            customer,
+            references=[{"name": "shop.Address", "subject": subject, "version": version}],
+        )
+        with pytest.raises(Undecodable, match=f"schema reference 'shop.Address' \\({says}"):
+            await BodyFormat("avro", schema_registry.url).decode(confluent(referring, b""))
+
+    wrong = f"{schema_registry.url}/registry"  # a path prefix the registry does not have
+    with pytest.raises(
+        RegistryRefused, match=rf"at {wrong} answered GET /schemas/ids/{schema_id} with a 404"
+    ):
+        await BodyFormat("avro", wrong).decode(raw)
+    schema_registry.answer(f"/schemas/ids/{schema_id}", 404, "<html>Not Found</html>")
+    with pytest.raises(RegistryRefused, match=r"a 404 that is not Confluent's .*<html>"):
+        await BodyFormat("avro", schema_registry.url).decode(raw)
+    schema_registry.restore()
+    decoded = await BodyFormat("avro", schema_registry.url).decode(raw)
+    assert decoded.value == {"id": 1, "total": 0.0}
+
+
+async def test_references_that_are_not_a_list_are_the_watchers_error(
+    schema_registry: FakeRegistry,
+) -> None:
+    schema_registry.answer("/schemas/ids/1", 200, {"schema": json.dumps(ORDER), "references": 5})
+    with pytest.raises(RegistryRefused, match="answered references that are not a list: 5"):
+        await BodyFormat("avro", schema_registry.url).decode(confluent(1, b"\x02\x00\x00\x00\x00"))
 
 
 async def test_schemas_with_references_decode(schema_registry: FakeRegistry) -> None:
