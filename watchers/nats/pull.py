@@ -75,6 +75,10 @@ class Pull:
             await subscription.unsubscribe()
         self._messages.clear()
 
+    def untaken(self) -> list[Msg]:
+        """The messages received and not taken (yet)."""
+        return list(self._messages)
+
     def wake(self) -> None:
         """Wake a :meth:`take` waiting (the connection closed)."""
         self._arrived.set()

@@ -27,6 +27,7 @@ from watchers.nats.in_flight import InFlight, MessageAck
 from watchers.nats.pull import Pull, PullEnded
 from watchers.payloads import decode_body
 from watchers.processing import ADDED_LATER, UNREADABLE, CountingTrigger, Processing, check_range
+from watchers.redeliveries import DeliveredHere, delivered_here
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -70,10 +71,12 @@ class NatsTrigger(CountingTrigger):
     again at once); on its ``max_deliveries``-th delivery it is yielded as a dead letter
     (``TriggerEvent.dead_letter``) and acked once stored. A message delivered more than
     ``max_deliveries`` times (the daemon stopped during each delivery, killed by it maybe) is
-    yielded as a dead letter without being processed. The durable's ``max_deliver`` is
-    unlimited (an existing durable is updated to it), so the server never gives up on a message
-    on its own. The stream must exist; a missing one is the watcher's error. Credentials and
-    TLS come from the named ``connection``.
+    yielded as a dead letter without being processed, once decoded (a schema registry that does
+    not answer fails the watcher whatever the count), unless this process had it delivered
+    before (its watcher failed, the process lived: :mod:`watchers.redeliveries`). The
+    durable's ``max_deliver`` is unlimited (an existing durable is updated to it), so the server
+    never gives up on a message on its own. The stream must exist; a missing one is the
+    watcher's error. Credentials and TLS come from the named ``connection``.
 
     In the daemon, the durable is derived from the watcher (:func:`watcher_durable`), so each
     watcher of a subject sees every message and instances of one deployment share its work.
@@ -113,6 +116,7 @@ class NatsTrigger(CountingTrigger):
     _consumer_created: datetime | None = dataclasses.field(default=None, init=False)
     _pull: Pull | None = dataclasses.field(default=None, init=False)
     _in_flight: InFlight = dataclasses.field(init=False)
+    _delivered_here: DeliveredHere = dataclasses.field(init=False)
     _processing: Processing = dataclasses.field(init=False)
 
     shareable = True
@@ -185,6 +189,10 @@ class NatsTrigger(CountingTrigger):
         await self.cleanup()  # a previous run's connection, when the daemon restarts it
         errors = require("nats.errors", "nats")
         self._processing.load()
+        self._delivered_here = delivered_here(
+            f"nats {self.servers} {self.stream} {self.durable_name}",
+            self.max_in_flight + self.fetch_batch,
+        )
         first = None
         if self.deliver_policy == "new":
             first = await first_start(started_key(f"nats/{self.stream}/{self.durable_name}/"))
@@ -306,6 +314,9 @@ class NatsTrigger(CountingTrigger):
 
     async def _close(self) -> None:
         await self._in_flight.disconnected()
+        if self._pull is not None:
+            # Delivered, not taken: they come back after the ack wait, counted once more.
+            self._delivered_here.note(self._key_of(message) for message in self._pull.untaken())
         self._pull = None
         client, self._client = self._client, None
         if client is not None and not client.is_closed:
@@ -331,21 +342,29 @@ class NatsTrigger(CountingTrigger):
             if not messages:
                 self._lag = len(self._in_flight)
                 continue
-            for message in messages:
-                event = await self._handle(message)
+            # Noted before any is handled: a watcher failing on one leaves the others too.
+            keys = [self._key_of(message) for message in messages]
+            had = self._delivered_here.note(keys)
+            for message, key, delivered_before in zip(messages, keys, had, strict=True):
+                event = await self._handle(message, key, delivered_before=delivered_before)
                 if event is not None:
                     yield event
 
-    async def _handle(self, message: Msg) -> TriggerEvent | None:
-        """The event (or dead letter) of ``message``; ``None`` once it is filtered (and acked)
-        or its processing raised (nakked, to be delivered again)."""
+    def _key_of(self, message: Msg) -> str:
+        return dedup_key(self.stream, message.metadata.sequence.stream, self._created_ns)
+
+    async def _handle(
+        self, message: Msg, key: str, *, delivered_before: bool
+    ) -> TriggerEvent | None:
+        """The event (or dead letter) of ``message`` (of dedup key ``key``; this process had it
+        delivered before, or not); ``None`` once it is filtered (and acked) or its processing
+        raised (nakked, to be delivered again)."""
         self.messages += 1
         metadata = message.metadata
         sequence = metadata.sequence.stream
         delivered = metadata.num_delivered
         ack = self._in_flight.received(sequence, message.reply)
         self._lag = metadata.num_pending + len(self._in_flight)
-        key = dedup_key(self.stream, sequence, self._created_ns)
         payload = message_payload(
             self.stream,
             message.subject,
@@ -354,16 +373,6 @@ class NatsTrigger(CountingTrigger):
             message.data,
             message.headers,
         )
-        if delivered > self.max_deliveries:
-            # The daemon stopped during each delivery (killed by this very message, maybe):
-            # it is not processed again.
-            return self._dead_letter(
-                payload,
-                key,
-                ack,
-                f"delivered {delivered} times, more than max_deliveries={self.max_deliveries}, "
-                "without its event being stored",
-            )
         headers = message.headers
         try:
             payload, cloudevent = await self._processing.decoded(
@@ -371,6 +380,19 @@ class NatsTrigger(CountingTrigger):
             )
         except UNREADABLE as error:
             return self._dead_letter(payload, key, ack, str(error))
+        # Counted once the message is decoded: a registry that does not answer fails the
+        # watcher above whatever the count, and each restart delivers the message again.
+        if delivered > self.max_deliveries and not delivered_before:
+            # The daemon stopped during each delivery (killed by this very message, maybe):
+            # it is not processed again. Not so for one this process had before: the watcher
+            # failed (a registry that did not answer), the process lived.
+            return self._dead_letter(
+                payload,
+                key,
+                ack,
+                f"delivered {delivered} times, more than max_deliveries={self.max_deliveries}, "
+                "without its event being stored",
+            )
         try:
             prepared = self._processing.prepare(payload)
         # Processing runs user code (apply_function) that may raise anything: the message is

@@ -15,7 +15,7 @@ import structlog
 from triggerer.backoff import Backoff
 from triggerer.providers import Provider
 from triggerer.triggers import TriggerEvent, WatchedAsset
-from watchers import cloudevents
+from watchers import cloudevents, redeliveries
 from watchers.clients import require
 from watchers.first_start import FirstStart, first_start, started_key
 from watchers.payloads import decode_body
@@ -64,7 +64,10 @@ class RedisStreamTrigger(CountingTrigger):
     event is stored. Entries left pending for ``min_idle_ms`` (a daemon killed, a processing
     error) are claimed again (XAUTOCLAIM) by whichever consumer of the group looks next; one
     delivered ``max_deliveries`` times whose processing still raises is yielded as a dead
-    letter with the reason, then acknowledged. Entries trimmed away while pending are counted
+    letter with the reason, then acknowledged; one delivered more often (daemons killed during
+    each delivery) is a dead letter unprocessed, once decoded (a schema registry that does not
+    answer fails the watcher whatever the count), unless this process had it delivered before
+    (:mod:`watchers.redeliveries`). Entries trimmed away while pending are counted
     in ``lost`` and logged (``redis_stream_entries_lost``). ``connection`` names the
     credentials (``username``, ``password``, ``ssl``...).
     """
@@ -174,6 +177,10 @@ class RedisStreamTrigger(CountingTrigger):
         response_error = require("redis.exceptions", "redis").ResponseError
         transient = transient_errors()
         reader = self._reader
+        delivered_here = redeliveries.delivered_here(
+            f"redis {self.address} {self.stream} {self.consumer_group}",
+            self.max_in_flight + self.batch_size,
+        )
         reader.open(
             client(self.address, self.connection, socket_timeout_s=self.block_ms / 1000 + 10)
         )
@@ -216,8 +223,12 @@ class RedisStreamTrigger(CountingTrigger):
             if backoff.attempt:
                 log.info("redis_stream_reconnected", stream=self.stream, attempts=backoff.attempt)
                 backoff = Backoff(max_s=BACKOFF_MAX_S)
-            for entry_id, fields, delivered in entries:
-                event = await self._handle(entry_id, fields, delivered)
+            # Noted before any is handled: a watcher failing on one leaves the others too.
+            had = delivered_here.note(entry_id for entry_id, _, _ in entries)
+            for (entry_id, fields, delivered), delivered_before in zip(entries, had, strict=True):
+                event = await self._handle(
+                    entry_id, fields, delivered, delivered_before=delivered_before
+                )
                 if event is not None:
                     yield event
 
@@ -233,16 +244,31 @@ class RedisStreamTrigger(CountingTrigger):
     # -- handling one entry
 
     async def _handle(
-        self, entry_id: str, fields: dict[bytes, bytes], delivered: int
+        self,
+        entry_id: str,
+        fields: dict[bytes, bytes],
+        delivered: int,
+        *,
+        delivered_before: bool,
     ) -> TriggerEvent | None:
-        """The event of an entry, or its dead letter; ``None`` once it is filtered (and
-        acknowledged) or failed (left pending, to be claimed again)."""
+        """The event of an entry (this process had it delivered before, or not), or its dead
+        letter; ``None`` once it is filtered (and acknowledged) or failed (left pending, to be
+        claimed again)."""
         self.messages += 1
         payload = entry_payload(self.stream, entry_id, fields, self.body_field)
         ack = EntryAck(self._reader, entry_id)
         key = f"{self.stream}/{entry_id}"
         sent_at = payload["timestamp_ms"] / 1000
-        if delivered > self.max_deliveries:
+        try:
+            payload, cloudevent = await self._processing.decoded(
+                payload, fields.get(self.body_field.encode())
+            )
+        except UNREADABLE as error:
+            return self._dead_letter(payload, key, ack, str(error))
+        # Counted once the entry is decoded: a registry that does not answer fails the watcher
+        # above whatever the count, and each restart claims the entry again. One this process
+        # had before is not counted against it either: the watcher failed, the process lived.
+        if delivered > self.max_deliveries and not delivered_before:
             return self._dead_letter(
                 payload,
                 key,
@@ -250,12 +276,6 @@ class RedisStreamTrigger(CountingTrigger):
                 f"delivered {delivered} times, more than max_deliveries="
                 f"{self.max_deliveries}, without its event being stored",
             )
-        try:
-            payload, cloudevent = await self._processing.decoded(
-                payload, fields.get(self.body_field.encode())
-            )
-        except UNREADABLE as error:
-            return self._dead_letter(payload, key, ack, str(error))
         try:
             prepared = self._processing.prepare(payload)
         # Processing runs user code (apply_function) that may raise anything: the entry stays

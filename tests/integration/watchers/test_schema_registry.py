@@ -372,6 +372,79 @@ async def test_nats_messages_decode(make_nats_stream: Any, schema_registry: Fake
         await check_decoded_and_dead_letter(events, schema_id)
 
 
+async def restarted_while_the_registry_fails(
+    trigger: BaseEventTrigger, restarts: int, between_s: float
+) -> None:
+    """Run the watcher made again from ``trigger`` ``restarts`` times, as the daemon restarts
+    it, each run failing on the registry (answering 503), ``between_s`` apart: each run is
+    delivered the messages again, counted once more."""
+    for _ in range(restarts):
+        async with running(load_trigger(*trigger.serialize())) as events:
+            with pytest.raises(RegistryUnavailable, match="answered 503"):
+                await take(events, 10, timeout_s=30)
+        await anyio.sleep(between_s)
+
+
+async def test_nats_a_registry_down_past_max_deliveries_dead_letters_nothing(
+    make_nats_stream: Any, schema_registry: FakeRegistry
+) -> None:
+    """Each restart of the watcher while the registry is down has its messages delivered again,
+    past ``max_deliveries``: the registry is asked whatever the count (none is a dead letter
+    while it is down), and once it answers each message is an event. They were dead letters
+    after ``max_deliveries`` restarts, unasked."""
+    schema_id = schema_registry.register("orders-value", ORDER)
+    stream = await make_nats_stream()
+    client = await nats.connect(f"nats://{SHARED_NATS}")
+    try:
+        for raw in orders(schema_id, 2):
+            await client.jetstream().publish(f"{stream}.in", raw, stream=stream)
+    finally:
+        await client.close()
+    trigger = MessageQueueTrigger(
+        f"nats://{SHARED_NATS}/{stream}/{stream}.%3E",
+        value_format="avro",
+        schema_registry=schema_registry.url,
+        max_deliveries=2,
+        ack_wait_s=1,
+    )
+    schema_registry.fail()
+    await restarted_while_the_registry_fails(trigger, restarts=4, between_s=1.5)
+    schema_registry.restore()
+    async with running(load_trigger(*trigger.serialize())) as events:
+        taken = await take(events, 2, timeout_s=30)
+    assert [event.dead_letter for event in taken] == [None, None]
+    assert [event.payload["body"]["id"] for event in taken] == [0, 1]
+    assert [event.payload["sequence"] for event in taken] == [1, 2]
+
+
+async def test_redis_stream_a_registry_down_past_max_deliveries_dead_letters_nothing(
+    shared_redis: redis.asyncio.Redis,
+    make_stream: MakeRedisStream,
+    schema_registry: FakeRegistry,
+) -> None:
+    """As for NATS: each restart claims the entries again, past ``max_deliveries``."""
+    schema_id = schema_registry.register("orders-value", ORDER)
+    stream = await make_stream()
+    for raw in orders(schema_id, 2):
+        await shared_redis.xadd(stream, {"body": raw})
+    trigger = MessageQueueTrigger(
+        f"redis+stream://{SHARED_REDIS_HOST}:{SHARED_REDIS_PORT}/0/{stream}",
+        start_id="0",
+        block_ms=100,
+        min_idle_ms=300,
+        max_deliveries=2,
+        value_format="avro",
+        schema_registry=schema_registry.url,
+    )
+    schema_registry.fail()
+    await restarted_while_the_registry_fails(trigger, restarts=4, between_s=0.5)
+    schema_registry.restore()
+    async with running(load_trigger(*trigger.serialize())) as events:
+        taken = await take(events, 2, timeout_s=30)
+    assert [event.dead_letter for event in taken] == [None, None]
+    assert [event.payload["body"]["id"] for event in taken] == [0, 1]
+
+
 async def test_kinesis_records_decode(
     moto_server: str, kinesis: Any, kinesis_stream: MakeStream, schema_registry: FakeRegistry
 ) -> None:
