@@ -82,11 +82,22 @@ def test_a_glue_frame_gives_its_version_id_and_record(compressed: bool) -> None:
         (b"\x00" * 20, "the first byte is 0, not the header version 3"),
         (b"\x03\x07" + bytes(16) + b"x", "unknown compression byte 7"),
         (b"\x03\x05" + bytes(16) + b"not zlib", "corrupt zlib-compressed record"),
+        (glue(str(uuid.UUID(int=1)), b"record", compressed=True)[:-2], "ends before its stream"),
     ],
 )
 def test_what_is_not_glue_wire_format_says_why(raw: bytes, says: str) -> None:
     with pytest.raises(wire.NotWireFormat, match=says):
         wire.glue_frame(raw)
+
+
+def test_a_glue_record_decompressing_past_its_bound_is_refused() -> None:
+    """zlib expands up to about 1,000 times: a message of 100 KB would have taken 100 MB."""
+    bomb = glue(str(uuid.UUID(int=1)), bytes(wire.MAX_DECOMPRESSED_BYTES + 1), compressed=True)
+    assert len(bomb) < wire.MAX_DECOMPRESSED_BYTES // 500
+    with pytest.raises(wire.NotWireFormat, match="record of over 64 MiB decompressed"):
+        wire.glue_frame(bomb)
+    largest = glue(str(uuid.UUID(int=1)), bytes(wire.MAX_DECOMPRESSED_BYTES), compressed=True)
+    assert len(wire.glue_frame(largest)[1]) == wire.MAX_DECOMPRESSED_BYTES
 
 
 # -- JSON forms

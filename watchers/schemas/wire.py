@@ -21,6 +21,10 @@ GLUE_ZLIB = 5
 GLUE_HEADER_BYTES = 18
 #: Message indexes are a path into nested message types: deeper than this is not a real schema.
 MAX_MESSAGE_INDEXES = 100
+#: A Glue record decompressed to more than this is refused: zlib expands up to about 1,000
+#: times, so a message of a few megabytes could take the daemon's memory (a record this large
+#: would not fit a broker's message uncompressed either).
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
 class NotWireFormat(ValueError):
@@ -81,10 +85,18 @@ def glue_frame(raw: bytes) -> tuple[str, bytes]:
     if raw[1] == GLUE_UNCOMPRESSED:
         return version_id, record
     if raw[1] == GLUE_ZLIB:
+        inflate = zlib.decompressobj()
         try:
-            return version_id, zlib.decompress(record)
+            decompressed = inflate.decompress(record, MAX_DECOMPRESSED_BYTES)
         except zlib.error as error:
             raise NotWireFormat(f"corrupt zlib-compressed record: {error}") from None
+        if inflate.unconsumed_tail:
+            raise NotWireFormat(
+                f"zlib-compressed record of over {MAX_DECOMPRESSED_BYTES // 2**20} MiB decompressed"
+            )
+        if not inflate.eof:
+            raise NotWireFormat("corrupt zlib-compressed record: it ends before its stream")
+        return version_id, decompressed
     raise NotWireFormat(
         f"AWS Glue Schema Registry wire format with an unknown compression byte {raw[1]} "
         f"({GLUE_UNCOMPRESSED}: none, {GLUE_ZLIB}: zlib)"
