@@ -160,6 +160,7 @@ def test_params_go_over_the_pipelines_as_a_manual_run_takes_them() -> None:
         partition_key=None,
         params={"limit": 7},
         events=[],
+        pipelines_dir="pipelines",
     )
     assert spec.params == {"limit": 7, "region": "eu"}
 
