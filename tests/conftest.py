@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.airflow",
     "tests.fixtures.otlp",
     "tests.fixtures.schema_registry",
+    "tests.fixtures.pipeline_files",
     # Last: it imports the modules above, which pytest must load first (to rewrite asserts).
     "tests.fixtures.services",
 ]

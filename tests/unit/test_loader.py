@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures.pipeline_files import write_file
 from triggerer import Asset, AssetAlias
 from triggerer.service.loader import (
     TRACEBACK_FRAMES,
@@ -31,26 +29,12 @@ def job(spark, context):
 """
 
 
-@pytest.fixture(autouse=True)
-def _isolate_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # The loader puts the folder on sys.path and pipeline modules in sys.modules.
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
-
-
-def _write(folder: Path, relative: str, source: str) -> Path:
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(source))
-    return path
+pytestmark = pytest.mark.usefixtures("isolated_imports")
 
 
 def test_folder_with_good_files(tmp_path: Path) -> None:
-    first = _write(tmp_path, "a.py", PIPELINE.format(pid="first", out="first_out"))
-    second = _write(tmp_path, "b.py", PIPELINE.format(pid="second", out="second_out"))
+    first = write_file(tmp_path, "a.py", PIPELINE.format(pid="first", out="first_out"))
+    second = write_file(tmp_path, "b.py", PIPELINE.format(pid="second", out="second_out"))
     result = load_pipelines(tmp_path)
     assert result.errors == []
     assert sorted(result.pipelines) == ["first", "second"]
@@ -60,8 +44,8 @@ def test_folder_with_good_files(tmp_path: Path) -> None:
 
 
 def test_syntax_error_is_reported_with_path_and_line(tmp_path: Path) -> None:
-    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
-    bad = _write(tmp_path, "bad.py", "x = 1\n\ndef broken(:\n    pass\n")
+    write_file(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    bad = write_file(tmp_path, "bad.py", "x = 1\n\ndef broken(:\n    pass\n")
     result = load_pipelines(tmp_path)
     assert list(result.pipelines) == ["good"]
     assert len(result.errors) == 1
@@ -72,15 +56,15 @@ def test_syntax_error_is_reported_with_path_and_line(tmp_path: Path) -> None:
 
 
 def test_module_level_raise_is_reported_with_its_line(tmp_path: Path) -> None:
-    bad = _write(tmp_path, "bad.py", "x = 1\n\nraise ValueError('bad setting')\n")
+    bad = write_file(tmp_path, "bad.py", "x = 1\n\nraise ValueError('bad setting')\n")
     result = load_pipelines(tmp_path)
     assert result.errors == [LoadError(str(bad), 3, "ValueError: bad setting")]
     assert str(result.errors[0]) == f"{bad}:3: ValueError: bad setting"
 
 
 def test_file_raising_at_import_is_reported_with_its_line(tmp_path: Path) -> None:
-    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
-    bad = _write(
+    write_file(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    bad = write_file(
         tmp_path,
         "bad.py",
         """\
@@ -100,8 +84,8 @@ def test_file_raising_at_import_is_reported_with_its_line(tmp_path: Path) -> Non
 
 
 def test_file_that_exits_at_import_is_reported_and_the_others_load(tmp_path: Path) -> None:
-    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
-    script = _write(tmp_path, "script.py", "import sys\n\nsys.exit()\n")
+    write_file(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    script = write_file(tmp_path, "script.py", "import sys\n\nsys.exit()\n")
     result = load_pipelines(tmp_path)
     assert list(result.pipelines) == ["good"]
     assert [(e.path, e.line) for e in result.errors] == [(str(script), 3)]
@@ -109,14 +93,14 @@ def test_file_that_exits_at_import_is_reported_and_the_others_load(tmp_path: Pat
 
 
 def test_interrupt_while_importing_a_file_is_not_swallowed(tmp_path: Path) -> None:
-    _write(tmp_path, "slow.py", "raise KeyboardInterrupt\n")
+    write_file(tmp_path, "slow.py", "raise KeyboardInterrupt\n")
     with pytest.raises(KeyboardInterrupt):
         load_pipelines(tmp_path)
 
 
 def test_error_in_an_imported_helper_points_at_the_line_in_the_file(tmp_path: Path) -> None:
-    _write(tmp_path, "_helpers.py", "def fail():\n    raise KeyError('missing')\n")
-    bad = _write(tmp_path, "job.py", "import _helpers\n\n_helpers.fail()\n")
+    write_file(tmp_path, "_helpers.py", "def fail():\n    raise KeyError('missing')\n")
+    bad = write_file(tmp_path, "job.py", "import _helpers\n\n_helpers.fail()\n")
     result = load_pipelines(tmp_path)
     assert len(result.errors) == 1
     assert (result.errors[0].path, result.errors[0].line) == (str(bad), 3)
@@ -124,8 +108,8 @@ def test_error_in_an_imported_helper_points_at_the_line_in_the_file(tmp_path: Pa
 
 
 def test_a_bad_window_is_reported_with_the_file_and_line_that_gave_it(tmp_path: Path) -> None:
-    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
-    bad = _write(
+    write_file(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    bad = write_file(
         tmp_path,
         "windowed.py",
         """\
@@ -179,7 +163,7 @@ def test_error_keeps_its_line_in_a_relative_folder_as_in_an_absolute_one(
     name the file by its absolute path, which was compared with the relative one."""
     monkeypatch.chdir(tmp_path)
     folder = Path("config/pipelines") if relative else tmp_path / "config" / "pipelines"
-    bad = _write(folder, "bad.py", source)
+    bad = write_file(folder, "bad.py", source)
     (error,) = load_pipelines(folder).errors
     assert (error.path, error.line) == (str(bad), line)
     assert error.message.startswith(message)
@@ -188,7 +172,7 @@ def test_error_keeps_its_line_in_a_relative_folder_as_in_an_absolute_one(
 
 
 def test_traceback_keeps_the_last_frames_from_the_file_on(tmp_path: Path) -> None:
-    bad = _write(
+    bad = write_file(
         tmp_path,
         "deep.py",
         """\
@@ -222,7 +206,7 @@ def test_traceback_keeps_the_last_frames_from_the_file_on(tmp_path: Path) -> Non
 
 
 def test_traceback_of_a_module_level_error_starts_at_the_file(tmp_path: Path) -> None:
-    bad = _write(tmp_path, "bad.py", NAME_ERROR)
+    bad = write_file(tmp_path, "bad.py", NAME_ERROR)
     (error,) = load_pipelines(tmp_path).errors
     assert error.traceback == (
         "Traceback (most recent call last):\n"
@@ -235,8 +219,8 @@ def test_traceback_of_a_module_level_error_starts_at_the_file(tmp_path: Path) ->
 
 def test_syntax_error_in_an_imported_module_is_reported_at_the_import(tmp_path: Path) -> None:
     """Was: the module's line, given as the line of the file that imports it."""
-    helper = _write(tmp_path, "_helpers.py", "x = 1\ny = 2\n\ndef f(:\n    pass\n")
-    bad = _write(tmp_path, "job.py", "import os\nimport _helpers\n")
+    helper = write_file(tmp_path, "_helpers.py", "x = 1\ny = 2\n\ndef f(:\n    pass\n")
+    bad = write_file(tmp_path, "job.py", "import os\nimport _helpers\n")
     (error,) = load_pipelines(tmp_path).errors
     assert (error.path, error.line) == (str(bad), 2)
     assert error.message == f"SyntaxError in {helper}, line 4: invalid syntax"
@@ -246,15 +230,15 @@ def test_syntax_error_in_an_imported_module_is_reported_at_the_import(tmp_path: 
 
 
 def test_indentation_error_is_named_so(tmp_path: Path) -> None:
-    bad = _write(tmp_path, "bad.py", "def f():\nreturn 1\n")
+    bad = write_file(tmp_path, "bad.py", "def f():\nreturn 1\n")
     (error,) = load_pipelines(tmp_path).errors
     assert (error.path, error.line) == (str(bad), 2)
     assert error.message.startswith("IndentationError: expected an indented block")
 
 
 def test_duplicate_pipeline_id_names_both_files_and_keeps_the_first(tmp_path: Path) -> None:
-    first = _write(tmp_path, "a.py", PIPELINE.format(pid="dup", out="from_a"))
-    second = _write(tmp_path, "b.py", PIPELINE.format(pid="dup", out="from_b"))
+    first = write_file(tmp_path, "a.py", PIPELINE.format(pid="dup", out="from_a"))
+    second = write_file(tmp_path, "b.py", PIPELINE.format(pid="dup", out="from_b"))
     result = load_pipelines(tmp_path)
     assert list(result.pipelines) == ["dup"]
     assert result.pipelines["dup"].fileloc == str(first)
@@ -267,22 +251,22 @@ def test_duplicate_pipeline_id_names_both_files_and_keeps_the_first(tmp_path: Pa
 
 
 def test_pipeline_reexported_into_another_file_is_not_a_duplicate(tmp_path: Path) -> None:
-    first = _write(tmp_path, "a.py", PIPELINE.format(pid="shared", out="out"))
-    _write(tmp_path, "b.py", "from a import job\n")
+    first = write_file(tmp_path, "a.py", PIPELINE.format(pid="shared", out="out"))
+    write_file(tmp_path, "b.py", "from a import job\n")
     result = load_pipelines(tmp_path)
     assert result.errors == []
     assert result.pipelines["shared"].fileloc == str(first)
 
 
 def test_same_pipeline_object_seen_twice_is_not_a_duplicate(tmp_path: Path) -> None:
-    _write(tmp_path, "a.py", PIPELINE.format(pid="once", out="out") + "\nalso = job\n")
+    write_file(tmp_path, "a.py", PIPELINE.format(pid="once", out="out") + "\nalso = job\n")
     result = load_pipelines(tmp_path)
     assert result.errors == []
     assert list(result.pipelines) == ["once"]
 
 
 def test_module_level_assets_aliases_and_watchers_are_collected(tmp_path: Path) -> None:
-    _write(
+    write_file(
         tmp_path,
         "assets.py",
         """\
@@ -301,7 +285,7 @@ def test_module_level_assets_aliases_and_watchers_are_collected(tmp_path: Path) 
         alias = AssetAlias("by_alias")
         """,
     )
-    _write(
+    write_file(
         tmp_path,
         "more.py",
         """\
@@ -319,19 +303,19 @@ def test_module_level_assets_aliases_and_watchers_are_collected(tmp_path: Path) 
 
 
 def test_private_files_and_folders_are_skipped(tmp_path: Path) -> None:
-    _write(tmp_path, "_private.py", PIPELINE.format(pid="private_file", out="o1"))
-    _write(tmp_path, "_lib/job.py", PIPELINE.format(pid="private_dir", out="o2"))
-    _write(tmp_path, ".hidden/job.py", PIPELINE.format(pid="hidden_dir", out="o3"))
-    _write(tmp_path, "notes.txt", "not python")
-    _write(tmp_path, "main.py", PIPELINE.format(pid="main", out="o4"))
+    write_file(tmp_path, "_private.py", PIPELINE.format(pid="private_file", out="o1"))
+    write_file(tmp_path, "_lib/job.py", PIPELINE.format(pid="private_dir", out="o2"))
+    write_file(tmp_path, ".hidden/job.py", PIPELINE.format(pid="hidden_dir", out="o3"))
+    write_file(tmp_path, "notes.txt", "not python")
+    write_file(tmp_path, "main.py", PIPELINE.format(pid="main", out="o4"))
     result = load_pipelines(tmp_path)
     assert result.errors == []
     assert list(result.pipelines) == ["main"]
 
 
 def test_plain_subfolders_are_loaded_and_same_stems_kept_apart(tmp_path: Path) -> None:
-    _write(tmp_path, "team_a/jobs.py", PIPELINE.format(pid="a_job", out="o1"))
-    _write(tmp_path, "team_b/jobs.py", PIPELINE.format(pid="b_job", out="o2"))
+    write_file(tmp_path, "team_a/jobs.py", PIPELINE.format(pid="a_job", out="o1"))
+    write_file(tmp_path, "team_b/jobs.py", PIPELINE.format(pid="b_job", out="o2"))
     result = load_pipelines(tmp_path)
     assert result.errors == []
     assert sorted(result.pipelines) == ["a_job", "b_job"]
@@ -367,8 +351,8 @@ def test_folder_that_cannot_be_listed_is_reported_and_the_others_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Was: its pipelines were dropped without a word."""
-    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
-    _write(tmp_path, "team/job.py", PIPELINE.format(pid="job", out="job_out"))
+    write_file(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    write_file(tmp_path, "team/job.py", PIPELINE.format(pid="job", out="job_out"))
     locked = tmp_path / "team"
     _scandir_failing(monkeypatch, locked, PermissionError(13, "Permission denied", str(locked)))
     result = load_pipelines(tmp_path)
@@ -384,8 +368,8 @@ def test_folder_removed_while_the_folder_is_walked_is_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Was: FileNotFoundError out of the walk, which ended the daemon during its folder scan."""
-    _write(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
-    _write(tmp_path, "old/job.py", PIPELINE.format(pid="job", out="job_out"))
+    write_file(tmp_path, "good.py", PIPELINE.format(pid="good", out="out"))
+    write_file(tmp_path, "old/job.py", PIPELINE.format(pid="job", out="job_out"))
     gone = tmp_path / "old"
     _scandir_failing(monkeypatch, gone, FileNotFoundError(2, "No such file", str(gone)))
     result = load_pipelines(tmp_path)
@@ -394,16 +378,16 @@ def test_folder_removed_while_the_folder_is_walked_is_skipped(
 
 def test_a_folder_loaded_again_imports_only_the_files_that_changed(tmp_path: Path) -> None:
     for name in ("a", "b", "c"):
-        _write(tmp_path, f"{name}.py", PIPELINE.format(pid=name, out=f"{name}_out"))
+        write_file(tmp_path, f"{name}.py", PIPELINE.format(pid=name, out=f"{name}_out"))
     folder = PipelinesFolder(tmp_path)
     imported: list[str] = []
     assert set(folder.load(lambda path: imported.append(path.stem)).pipelines) == {"a", "b", "c"}
     assert sorted(imported) == ["a", "b", "c"]
 
     imported.clear()
-    _write(tmp_path, "b.py", PIPELINE.format(pid="b2", out="b_out"))
+    write_file(tmp_path, "b.py", PIPELINE.format(pid="b2", out="b_out"))
     (tmp_path / "c.py").unlink()
-    _write(tmp_path, "d.py", "raise ValueError('broken')\n")
+    write_file(tmp_path, "d.py", "raise ValueError('broken')\n")
     loaded = folder.load(lambda path: imported.append(path.stem))
 
     assert sorted(imported) == ["b", "d"], "a is unchanged, c is gone"
@@ -435,19 +419,19 @@ def test_watchers_merged_across_files_leave_each_files_assets_as_written(tmp_pat
 
         watched = Asset("watched", watchers=[{watchers}])
         """
-    _write(tmp_path, "a.py", trigger.format(watchers='AssetWatcher("w1", Trig("1"))'))
-    _write(tmp_path, "b.py", trigger.format(watchers='AssetWatcher("w2", Trig("2"))'))
+    write_file(tmp_path, "a.py", trigger.format(watchers='AssetWatcher("w1", Trig("1"))'))
+    write_file(tmp_path, "b.py", trigger.format(watchers='AssetWatcher("w2", Trig("2"))'))
     folder = PipelinesFolder(tmp_path)
     assert [w.name for w in folder.load().assets[Asset("watched")].watchers] == ["w1", "w2"]
 
-    _write(tmp_path, "b.py", trigger.format(watchers=""))
+    write_file(tmp_path, "b.py", trigger.format(watchers=""))
     os.utime(tmp_path / "b.py", ns=(1, 1))  # a changed stamp, whatever the clock's resolution
     assert [w.name for w in folder.load().assets[Asset("watched")].watchers] == ["w1"]
 
 
 def test_duplicate_pipeline_id_names_both_lines(tmp_path: Path) -> None:
-    first = _write(tmp_path, "a.py", "\n" + PIPELINE.format(pid="dup", out="from_a"))
-    second = _write(tmp_path, "b.py", PIPELINE.format(pid="dup", out="from_b"))
+    first = write_file(tmp_path, "a.py", "\n" + PIPELINE.format(pid="dup", out="from_a"))
+    second = write_file(tmp_path, "b.py", PIPELINE.format(pid="dup", out="from_b"))
     [error] = load_pipelines(tmp_path).errors
     assert (error.path, error.line) == (str(second), 6)
     assert error.message == (
@@ -459,7 +443,7 @@ def test_duplicate_pipeline_id_names_both_lines(tmp_path: Path) -> None:
 def test_a_pipeline_hidden_by_a_second_definition_of_its_name_is_an_error(
     tmp_path: Path,
 ) -> None:
-    path = _write(
+    path = write_file(
         tmp_path,
         "a.py",
         """
@@ -491,7 +475,7 @@ def test_a_pipeline_hidden_by_a_second_definition_of_its_name_is_an_error(
 
 
 def test_a_pipeline_held_by_no_name_is_an_error(tmp_path: Path) -> None:
-    path = _write(
+    path = write_file(
         tmp_path,
         "a.py",
         """
@@ -509,7 +493,7 @@ def test_a_pipeline_held_by_no_name_is_an_error(tmp_path: Path) -> None:
 
 
 def test_declared_pipelines_are_loaded_with_the_named_ones(tmp_path: Path) -> None:
-    _write(
+    write_file(
         tmp_path,
         "a.py",
         """
@@ -528,7 +512,7 @@ def test_declared_pipelines_are_loaded_with_the_named_ones(tmp_path: Path) -> No
 
 
 def test_a_watcher_whose_trigger_cannot_be_made_is_an_error_at_its_line(tmp_path: Path) -> None:
-    path = _write(
+    path = write_file(
         tmp_path,
         "a.py",
         """
@@ -553,9 +537,9 @@ def test_a_watcher_whose_trigger_cannot_be_made_is_an_error_at_its_line(tmp_path
 
 
 def test_load_paths_takes_files_and_folders_together(tmp_path: Path) -> None:
-    one = _write(tmp_path / "one", "a.py", PIPELINE.format(pid="dup", out="x"))
-    two = _write(tmp_path / "two", "b.py", PIPELINE.format(pid="dup", out="y"))
-    _write(tmp_path / "two", "c.py", PIPELINE.format(pid="c", out="z"))
+    one = write_file(tmp_path / "one", "a.py", PIPELINE.format(pid="dup", out="x"))
+    two = write_file(tmp_path / "two", "b.py", PIPELINE.format(pid="dup", out="y"))
+    write_file(tmp_path / "two", "c.py", PIPELINE.format(pid="c", out="z"))
     result = load_paths([tmp_path / "one", two, tmp_path / "missing"])
     assert list(result.pipelines) == ["dup"]
     assert result.pipelines["dup"].fileloc == str(one)

@@ -8,33 +8,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.pipeline_files import write_file
 from triggerer.service.loader import LoadError, PipelinesFolder, load_paths, load_pipelines
 
 ROOT = Path(__file__).resolve().parents[2]
 """The folder holding the packages triggerer and watchers."""
 
 
-@pytest.fixture(autouse=True)
-def _isolate_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # The loader puts the folder on sys.path and pipeline (and helper) modules in sys.modules.
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
-
-
-def _write(folder: Path, relative: str, source: str) -> Path:
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(source))
-    return path
+pytestmark = pytest.mark.usefixtures("isolated_imports")
 
 
 def _touch(path: Path) -> None:
@@ -60,9 +45,11 @@ def test_a_dag_made_as_a_helper_is_imported_is_an_error_each_time_the_file_loads
 ) -> None:
     """Was: the DAG loaded the first time only; once the helper was imported, a.py loaded
     again (after a change) had lost it, without a word, and so had b.py importing it too."""
-    helper = _write(tmp_path, "_shared.py", SHARED_DAG)
-    first = _write(tmp_path, "a.py", "from airflow.sdk import DAG\nimport _shared\n")
-    second = _write(tmp_path, "b.py", "from airflow.sdk import DAG\n\nfrom _shared import DAG\n")
+    helper = write_file(tmp_path, "_shared.py", SHARED_DAG)
+    first = write_file(tmp_path, "a.py", "from airflow.sdk import DAG\nimport _shared\n")
+    second = write_file(
+        tmp_path, "b.py", "from airflow.sdk import DAG\n\nfrom _shared import DAG\n"
+    )
     message = (
         f"DAG 'shared' is made in helper module {helper}, line 3, as it is imported: make it "
         "in the pipeline file, or in a function the file calls (a module runs once, on its "
@@ -83,7 +70,7 @@ def test_a_dag_made_as_a_helper_is_imported_is_an_error_each_time_the_file_loads
 def test_a_dag_made_by_a_helpers_function_the_file_calls_loads_each_time(
     tmp_path: Path,
 ) -> None:
-    _write(
+    write_file(
         tmp_path,
         "_factory.py",
         """\
@@ -98,7 +85,7 @@ def test_a_dag_made_by_a_helpers_function_the_file_calls_loads_each_time(
                 step()
         """,
     )
-    path = _write(tmp_path, "a.py", "from airflow.sdk import DAG\nimport _factory\n\n")
+    path = write_file(tmp_path, "a.py", "from airflow.sdk import DAG\nimport _factory\n\n")
     path.write_text(path.read_text() + '_factory.make("one")\n_factory.make("two")\n')
     folder = PipelinesFolder(tmp_path)
     for _ in range(2):
@@ -113,8 +100,8 @@ def test_a_dag_made_by_a_helpers_function_the_file_calls_loads_each_time(
 
 def test_a_dag_of_another_pipeline_file_the_file_imports_is_that_files(tmp_path: Path) -> None:
     """Was: the DAG was a.py's (the first file to import b.py), not b.py's."""
-    _write(tmp_path, "a.py", "from airflow.sdk import DAG\nfrom b import LIMIT\n")
-    own = _write(tmp_path, "b.py", SHARED_DAG + "\nLIMIT = 5\n")
+    write_file(tmp_path, "a.py", "from airflow.sdk import DAG\nfrom b import LIMIT\n")
+    own = write_file(tmp_path, "b.py", SHARED_DAG + "\nLIMIT = 5\n")
     loaded = load_pipelines(tmp_path)
     assert loaded.errors == []
     assert {p.pipeline_id: p.fileloc for p in loaded.pipelines.values()} == {"shared": str(own)}
@@ -122,7 +109,7 @@ def test_a_dag_of_another_pipeline_file_the_file_imports_is_that_files(tmp_path:
 
 def test_two_dags_of_one_id_made_in_a_loop_are_an_error(tmp_path: Path) -> None:
     """Was: the second dropped without a word (the same line and code as the first)."""
-    path = _write(
+    path = write_file(
         tmp_path,
         "dags.py",
         """\
@@ -154,7 +141,7 @@ def test_two_dags_of_one_id_from_a_factory_are_an_error_naming_both_calls(
     tmp_path: Path,
 ) -> None:
     """Was: the second dropped without a word (the same line and code as the first)."""
-    path = _write(
+    path = write_file(
         tmp_path,
         "dags.py",
         """\
@@ -186,7 +173,7 @@ def test_two_dags_of_one_id_from_a_factory_are_an_error_naming_both_calls(
 
 
 def test_two_pipelines_of_one_id_from_a_factory_are_an_error(tmp_path: Path) -> None:
-    path = _write(
+    path = write_file(
         tmp_path,
         "jobs.py",
         """\
@@ -221,8 +208,8 @@ def test_a_helper_imported_from_the_configured_folder_loads_as_in_the_daemon(
     """Was: a file of a subfolder checked on its own had its subfolder on the import path,
     where the daemon has the pipelines folder: ModuleNotFoundError for its helper."""
     folder = tmp_path / "pipelines"
-    _write(folder, "_common.py", "SCHEDULE = '@daily'\n")
-    job = _write(
+    write_file(folder, "_common.py", "SCHEDULE = '@daily'\n")
+    job = write_file(
         folder,
         "sub/job.py",
         """\
@@ -262,7 +249,7 @@ def test_triggerer_imported_through_a_linked_folder_places_definitions(tmp_path:
     pipeline hidden by a second definition of its name vanished without a word."""
     link = tmp_path / "link"
     link.symlink_to(ROOT)
-    _write(
+    write_file(
         tmp_path,
         "pipelines/jobs.py",
         """\
@@ -295,7 +282,7 @@ def test_triggerer_imported_through_a_linked_folder_places_definitions(tmp_path:
 def test_two_files_making_one_id_with_a_helpers_factory_are_an_error(tmp_path: Path) -> None:
     """Was: b.py's DAG dropped without a word (the same line and code as a.py's, as though
     b.py had imported a.py's)."""
-    _write(
+    write_file(
         tmp_path,
         "_factory.py",
         """\
@@ -310,9 +297,9 @@ def test_two_files_making_one_id_with_a_helpers_factory_are_an_error(tmp_path: P
                 step()
         """,
     )
-    first = _write(tmp_path, "a.py", "from airflow.sdk import DAG\nimport _factory\n\n")
+    first = write_file(tmp_path, "a.py", "from airflow.sdk import DAG\nimport _factory\n\n")
     first.write_text(first.read_text() + '_factory.make("x", None)\n')
-    second = _write(tmp_path, "b.py", "from airflow.sdk import DAG\nimport _factory\n")
+    second = write_file(tmp_path, "b.py", "from airflow.sdk import DAG\nimport _factory\n")
     second.write_text(second.read_text() + '_factory.make("x", "@daily")\n')
     loaded = load_pipelines(tmp_path)
     assert loaded.pipelines["x"].fileloc == str(first)
@@ -336,9 +323,9 @@ def test_a_pipeline_imported_from_another_file_is_not_a_duplicate_either_way(
         def job(spark, context):
             pass
         """
-    own = _write(tmp_path, "b.py", source)
-    _write(tmp_path, "a.py", "from b import job\n")  # loaded first: imports b.py
-    _write(tmp_path, "c.py", "from b import job\n")  # loaded last: b is imported already
+    own = write_file(tmp_path, "b.py", source)
+    write_file(tmp_path, "a.py", "from b import job\n")  # loaded first: imports b.py
+    write_file(tmp_path, "c.py", "from b import job\n")  # loaded last: b is imported already
     loaded = load_pipelines(tmp_path)
     assert loaded.errors == []
     assert loaded.pipelines["job"].fileloc == str(tmp_path / "a.py")
