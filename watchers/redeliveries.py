@@ -59,3 +59,16 @@ def delivered_here(source: str, limit: int) -> DeliveredHere:
         found = per_loop[source] = DeliveredHere(limit)
     found.limit = limit
     return found
+
+
+def redelivered_too_often(delivered: int, max_deliveries: int, *, had_here: bool) -> str | None:
+    """Why a message delivered ``delivered`` times is a dead letter without being processed:
+    more than ``max_deliveries`` deliveries, and none to this process (``had_here``: see
+    :class:`DeliveredHere`), so the daemon stopped during each, killed by this very message
+    maybe. ``None``: it is processed."""
+    if delivered <= max_deliveries or had_here:
+        return None
+    return (
+        f"delivered {delivered} times, more than max_deliveries={max_deliveries}, without its "
+        "event being stored"
+    )

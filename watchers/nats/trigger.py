@@ -27,7 +27,7 @@ from watchers.nats.in_flight import InFlight, MessageAck
 from watchers.nats.pull import Pull, PullEnded
 from watchers.payloads import decode_body
 from watchers.processing import ADDED_LATER, UNREADABLE, CountingTrigger, Processing, check_range
-from watchers.redeliveries import DeliveredHere, delivered_here
+from watchers.redeliveries import DeliveredHere, delivered_here, redelivered_too_often
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -382,17 +382,9 @@ class NatsTrigger(CountingTrigger):
             return self._dead_letter(payload, key, ack, str(error))
         # Counted once the message is decoded: a registry that does not answer fails the
         # watcher above whatever the count, and each restart delivers the message again.
-        if delivered > self.max_deliveries and not delivered_before:
-            # The daemon stopped during each delivery (killed by this very message, maybe):
-            # it is not processed again. Not so for one this process had before: the watcher
-            # failed (a registry that did not answer), the process lived.
-            return self._dead_letter(
-                payload,
-                key,
-                ack,
-                f"delivered {delivered} times, more than max_deliveries={self.max_deliveries}, "
-                "without its event being stored",
-            )
+        too_often = redelivered_too_often(delivered, self.max_deliveries, had_here=delivered_before)
+        if too_often is not None:
+            return self._dead_letter(payload, key, ack, too_often)
         try:
             prepared = self._processing.prepare(payload)
         # Processing runs user code (apply_function) that may raise anything: the message is

@@ -268,14 +268,11 @@ class RedisStreamTrigger(CountingTrigger):
         # Counted once the entry is decoded: a registry that does not answer fails the watcher
         # above whatever the count, and each restart claims the entry again. One this process
         # had before is not counted against it either: the watcher failed, the process lived.
-        if delivered > self.max_deliveries and not delivered_before:
-            return self._dead_letter(
-                payload,
-                key,
-                ack,
-                f"delivered {delivered} times, more than max_deliveries="
-                f"{self.max_deliveries}, without its event being stored",
-            )
+        too_often = redeliveries.redelivered_too_often(
+            delivered, self.max_deliveries, had_here=delivered_before
+        )
+        if too_often is not None:
+            return self._dead_letter(payload, key, ack, too_often)
         try:
             prepared = self._processing.prepare(payload)
         # Processing runs user code (apply_function) that may raise anything: the entry stays
