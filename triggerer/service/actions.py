@@ -31,6 +31,7 @@ from triggerer.uri import normalize_uri
 
 if TYPE_CHECKING:
     from triggerer.service.principals import Principal
+    from triggerer.service.trace_context import TraceContext
 
 
 async def find_asset(session: AsyncSession, *, asset_id: int | None, uri: str | None) -> int:
@@ -116,8 +117,10 @@ def new_event(
     source: str,
     partition_key: str | None = None,
     dedup_key: str | None = None,
+    trace: TraceContext | None = None,
 ) -> NewEvent:
-    """An event a user asked for, once it is known to be storable (else :class:`Refused`)."""
+    """An event a user asked for, with the trace context of the request, once it is known to
+    be storable (else :class:`Refused`)."""
     try:
         check_json(extra, "extra")
     except TypeError as error:
@@ -128,6 +131,8 @@ def new_event(
         source=source,
         partition_key=partition_key,
         dedup_key=dedup_key,
+        traceparent=None if trace is None else trace.traceparent,
+        tracestate=None if trace is None else trace.tracestate,
     )
     reason = unstorable(new)
     if reason is not None:

@@ -192,11 +192,8 @@ class GroupCommit:
                     source=EventSource.REST_API,
                     partition_key=post.event.partition_key,
                     dedup_key=post.dedup_key,
+                    trace=post.trace,
                 )
-                if post.trace is not None:
-                    new = dataclasses.replace(
-                        new, traceparent=post.trace.traceparent, tracestate=post.trace.tracestate
-                    )
             except (NotFound, Forbidden, Refused) as error:
                 refused.append((post, error))
                 continue
