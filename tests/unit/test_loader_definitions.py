@@ -137,28 +137,26 @@ def test_two_dags_of_one_id_made_in_a_loop_are_an_error(tmp_path: Path) -> None:
     assert loaded.pipelines["sales"].cron is None, "the first is kept"
 
 
+DAG_FACTORY = """\
+from airflow.sdk import DAG, task
+
+def make(dag_id, schedule):
+    with DAG(dag_id, schedule=schedule):
+        @task
+        def step():
+            return 1
+
+        step()
+"""
+"""An Airflow factory of one-task DAGs: ``make(dag_id, schedule)``."""
+
+
 def test_two_dags_of_one_id_from_a_factory_are_an_error_naming_both_calls(
     tmp_path: Path,
 ) -> None:
     """Was: the second dropped without a word (the same line and code as the first)."""
-    path = write_file(
-        tmp_path,
-        "dags.py",
-        """\
-        from airflow.sdk import DAG, task
-
-        def make(dag_id, schedule):
-            with DAG(dag_id, schedule=schedule):
-                @task
-                def step():
-                    return 1
-
-                step()
-
-        make("x", None)
-        make("x", "@daily")
-        """,
-    )
+    calls = 'make("x", None)\nmake("x", "@daily")\n'
+    path = write_file(tmp_path, "dags.py", f"{DAG_FACTORY}\n{calls}")
     loaded = load_pipelines(tmp_path)
     assert list(loaded.pipelines) == ["x"]
     assert loaded.pipelines["x"].cron is None, "the first is kept"
@@ -282,25 +280,10 @@ def test_triggerer_imported_through_a_linked_folder_places_definitions(tmp_path:
 def test_two_files_making_one_id_with_a_helpers_factory_are_an_error(tmp_path: Path) -> None:
     """Was: b.py's DAG dropped without a word (the same line and code as a.py's, as though
     b.py had imported a.py's)."""
-    write_file(
-        tmp_path,
-        "_factory.py",
-        """\
-        from airflow.sdk import DAG, task
-
-        def make(dag_id, schedule):
-            with DAG(dag_id, schedule=schedule):
-                @task
-                def step():
-                    return 1
-
-                step()
-        """,
-    )
-    first = write_file(tmp_path, "a.py", "from airflow.sdk import DAG\nimport _factory\n\n")
-    first.write_text(first.read_text() + '_factory.make("x", None)\n')
-    second = write_file(tmp_path, "b.py", "from airflow.sdk import DAG\nimport _factory\n")
-    second.write_text(second.read_text() + '_factory.make("x", "@daily")\n')
+    write_file(tmp_path, "_factory.py", DAG_FACTORY)
+    imports = "from airflow.sdk import DAG\nimport _factory\n"
+    first = write_file(tmp_path, "a.py", f'{imports}\n_factory.make("x", None)\n')
+    second = write_file(tmp_path, "b.py", f'{imports}_factory.make("x", "@daily")\n')
     loaded = load_pipelines(tmp_path)
     assert loaded.pipelines["x"].fileloc == str(first)
     assert loaded.errors == [
